@@ -1,0 +1,37 @@
+//! One error enum; each message states the rule that was broken. The first five names are
+//! the specification's; clients map codes (6000 + index) to exceptions of the same name.
+use anchor_lang::prelude::*;
+
+#[error_code]
+pub enum BillingError {
+    #[msg("the subscriber's token account holds less than the amount due")]
+    InsufficientFunds,
+    #[msg("the subscription must be ACTIVE for this operation")]
+    SubscriptionNotActive,
+    #[msg("this deduction would take usage past the allowance cap for the cycle")]
+    AllowanceExhausted,
+    #[msg("the plan accepts no new subscribers")]
+    PlanDeprecated,
+    #[msg("amounts must be greater than zero")]
+    ZeroAmount,
+    #[msg("period_secs must lie between MIN_PERIOD_SECS and MAX_PERIOD_SECS")]
+    InvalidPeriod,
+    #[msg("grace_secs must lie between 0 and MAX_GRACE_SECS")]
+    InvalidGrace,
+    #[msg("an amount or timestamp left its numeric range")]
+    MathOverflow,
+    #[msg("the signer is not allowed to perform this operation")]
+    Unauthorized,
+    #[msg("the current period has not ended yet")]
+    NotDue,
+    #[msg("this subscription has no allowance; subscribe with max_overage")]
+    NoAllowance,
+    #[msg("the token account or mint does not match the plan's mint")]
+    MintMismatch,
+    #[msg("payments may only go to the plan's destination account")]
+    DestinationMismatch,
+    #[msg("the token account no longer delegates enough to the program; subscribe again to restore it")]
+    DelegationMissing,
+    #[msg("the token account is not the subscription's funding account")]
+    TokenAccountMismatch,
+}

@@ -1,0 +1,92 @@
+use anchor_lang::prelude::*;
+use anchor_spl::token::{Mint, Token, TokenAccount};
+
+use crate::constants::{ALLOWANCE_SEED, DELEGATE_SEED};
+use crate::errors::BillingError;
+use crate::events::AllowanceDeducted;
+use crate::state::{Allowance, Plan, Subscription, SubscriptionStatus};
+use crate::transfer;
+
+#[derive(Accounts)]
+pub struct DeductAllowance<'info> {
+    /// The plan's billing authority (the facilitator) or the provider.
+    pub authority: Signer<'info>,
+
+    #[account(mut)]
+    pub plan: Account<'info, Plan>,
+
+    #[account(mut, has_one = plan)]
+    pub subscription: Account<'info, Subscription>,
+
+    #[account(
+        mut,
+        has_one = subscription,
+        seeds = [ALLOWANCE_SEED, subscription.key().as_ref()],
+        bump = allowance.bump,
+    )]
+    pub allowance: Account<'info, Allowance>,
+
+    #[account(mut, address = subscription.token_account @ BillingError::TokenAccountMismatch)]
+    pub subscriber_token: Account<'info, TokenAccount>,
+
+    #[account(mut, address = subscription.terms.destination @ BillingError::DestinationMismatch)]
+    pub destination: Account<'info, TokenAccount>,
+
+    #[account(address = subscription.terms.mint @ BillingError::MintMismatch)]
+    pub mint: Account<'info, Mint>,
+
+    /// CHECK: the subscriber's delegate PDA; signs the transfer and holds no data. The
+    /// seeds constraint (with the stored bump) fixes its address.
+    #[account(
+        seeds = [DELEGATE_SEED, subscription.subscriber.as_ref()],
+        bump = subscription.delegate_bump,
+    )]
+    pub delegate: UncheckedAccount<'info>,
+
+    pub token_program: Program<'info, Token>,
+}
+
+impl DeductAllowance<'_> {
+    pub fn validate(&self, amount: u64) -> Result<()> {
+        let signer = self.authority.key();
+        require!(
+            signer == self.plan.billing_authority || signer == self.plan.authority,
+            BillingError::Unauthorized
+        );
+        require!(amount > 0, BillingError::ZeroAmount);
+        require!(
+            self.subscription.status == SubscriptionStatus::Active,
+            BillingError::SubscriptionNotActive
+        );
+        transfer::check_can_pull(&self.subscriber_token, &self.delegate.key(), amount)
+    }
+
+    pub fn handler(ctx: Context<Self>, amount: u64) -> Result<()> {
+        let a = ctx.accounts;
+        a.allowance.deduct(amount)?;
+        let terms = a.subscription.terms;
+        transfer::pull(
+            &a.token_program.to_account_info(),
+            &a.subscriber_token.to_account_info(),
+            &a.mint.to_account_info(),
+            &a.destination.to_account_info(),
+            &a.delegate.to_account_info(),
+            &a.subscription.subscriber,
+            a.subscription.delegate_bump,
+            amount,
+            terms.decimals,
+        )?;
+        a.subscription.record_payment(amount)?;
+        a.plan.record_payment(amount)?;
+        emit!(AllowanceDeducted {
+            subscription: a.subscription.key(),
+            allowance: a.allowance.key(),
+            amount,
+            used: a.allowance.used,
+            cap: a.allowance.cap,
+            remaining: a.allowance.remaining(),
+            used_bps: a.allowance.used_bps(),
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,7 @@
+pub mod allowance_deduct;
+pub mod plan_create;
+pub mod subscription_create;
+
+pub use allowance_deduct::*;
+pub use plan_create::*;
+pub use subscription_create::*;

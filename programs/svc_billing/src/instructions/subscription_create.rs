@@ -1,0 +1,178 @@
+use anchor_lang::prelude::*;
+use anchor_spl::token::{self, Approve, Mint, Token, TokenAccount};
+
+use crate::constants::{ALLOWANCE_SEED, DELEGATE_SEED, SUBSCRIPTION_SEED};
+use crate::errors::BillingError;
+use crate::events::SubscriptionCreated;
+use crate::state::{Allowance, Plan, PlanStatus, Subscription, SubscriptionStatus, Terms};
+use crate::transfer;
+
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
+pub struct SubscribeArgs {
+    /// Metered allowance cap per cycle, base units. `Some` requires the allowance account.
+    pub max_overage: Option<u64>,
+}
+
+#[derive(Accounts)]
+pub struct Subscribe<'info> {
+    /// Pays the first period and the rent, and authorises the delegation.
+    #[account(mut)]
+    pub subscriber: Signer<'info>,
+
+    #[account(
+        mut,
+        has_one = mint @ BillingError::MintMismatch,
+        has_one = destination @ BillingError::DestinationMismatch,
+    )]
+    pub plan: Account<'info, Plan>,
+
+    #[account(
+        init,
+        payer = subscriber,
+        space = 8 + Subscription::INIT_SPACE,
+        seeds = [SUBSCRIPTION_SEED, plan.key().as_ref(), subscriber.key().as_ref()],
+        bump,
+    )]
+    pub subscription: Account<'info, Subscription>,
+
+    /// Present exactly when `max_overage` is given.
+    #[account(
+        init,
+        payer = subscriber,
+        space = 8 + Allowance::INIT_SPACE,
+        seeds = [ALLOWANCE_SEED, subscription.key().as_ref()],
+        bump,
+    )]
+    pub allowance: Option<Account<'info, Allowance>>,
+
+    /// The subscriber's account that pays, now and at each renewal.
+    #[account(
+        mut,
+        constraint = subscriber_token.mint == mint.key() @ BillingError::MintMismatch,
+        constraint = subscriber_token.owner == subscriber.key() @ BillingError::TokenAccountMismatch,
+    )]
+    pub subscriber_token: Account<'info, TokenAccount>,
+
+    /// The plan's destination (checked by `has_one` on the plan).
+    #[account(mut)]
+    pub destination: Account<'info, TokenAccount>,
+
+    /// The plan's mint (checked by `has_one` on the plan).
+    pub mint: Account<'info, Mint>,
+
+    /// CHECK: a PDA that only signs transfers and holds no data; its address is fixed by
+    /// the seeds constraint, so no other account can stand in for it.
+    #[account(seeds = [DELEGATE_SEED, subscriber.key().as_ref()], bump)]
+    pub delegate: UncheckedAccount<'info>,
+
+    pub token_program: Program<'info, Token>,
+    pub system_program: Program<'info, System>,
+}
+
+impl Subscribe<'_> {
+    pub fn validate(&self, args: &SubscribeArgs) -> Result<()> {
+        require!(
+            self.plan.status == PlanStatus::Active,
+            BillingError::PlanDeprecated
+        );
+        match (args.max_overage, &self.allowance) {
+            (Some(cap), Some(_)) => require!(cap > 0, BillingError::ZeroAmount),
+            (None, None) => {}
+            _ => return err!(BillingError::NoAllowance),
+        }
+        require!(
+            self.subscriber_token.amount >= self.plan.amount,
+            BillingError::InsufficientFunds
+        );
+        Ok(())
+    }
+
+    pub fn handler(ctx: Context<Self>, args: SubscribeArgs) -> Result<()> {
+        let now = Clock::get()?.unix_timestamp;
+        let a = ctx.accounts;
+        let terms = Terms {
+            mint: a.plan.mint,
+            decimals: a.plan.decimals,
+            amount: a.plan.amount,
+            period_secs: a.plan.period_secs,
+            destination: a.plan.destination,
+        };
+
+        // One delegate per token account: the subscriber's delegate PDA, approved for
+        // everything; each subscription's limits are enforced here (docs/adr/0003).
+        token::approve(
+            CpiContext::new(
+                a.token_program.key(),
+                Approve {
+                    to: a.subscriber_token.to_account_info(),
+                    delegate: a.delegate.to_account_info(),
+                    authority: a.subscriber.to_account_info(),
+                },
+            ),
+            u64::MAX,
+        )?;
+        transfer::pull(
+            &a.token_program.to_account_info(),
+            &a.subscriber_token.to_account_info(),
+            &a.mint.to_account_info(),
+            &a.destination.to_account_info(),
+            &a.delegate.to_account_info(),
+            &a.subscriber.key(),
+            ctx.bumps.delegate,
+            terms.amount,
+            terms.decimals,
+        )?;
+
+        let period_end = Subscription::period_end(now, terms.period_secs)?;
+        a.subscription.set_inner(Subscription {
+            plan: a.plan.key(),
+            subscriber: a.subscriber.key(),
+            token_account: a.subscriber_token.key(),
+            terms,
+            status: SubscriptionStatus::Active,
+            cancel_at_period_end: false,
+            created_at: now,
+            current_period_start: now,
+            current_period_end: period_end,
+            past_due_since: 0,
+            cycles_billed: 1,
+            total_paid: terms.amount,
+            has_allowance: args.max_overage.is_some(),
+            bump: ctx.bumps.subscription,
+            delegate_bump: ctx.bumps.delegate,
+        });
+        if let (Some(allowance), Some(cap)) = (a.allowance.as_mut(), args.max_overage) {
+            allowance.set_inner(Allowance {
+                subscription: a.subscription.key(),
+                cap,
+                used: 0,
+                total_deducted: 0,
+                cycle: 1,
+                bump: ctx.bumps.allowance.unwrap_or_default(),
+            });
+        }
+
+        let plan = &mut a.plan;
+        plan.record_payment(terms.amount)?;
+        plan.live_subscriptions = plan
+            .live_subscriptions
+            .checked_add(1)
+            .ok_or(BillingError::MathOverflow)?;
+        plan.total_subscriptions = plan
+            .total_subscriptions
+            .checked_add(1)
+            .ok_or(BillingError::MathOverflow)?;
+
+        emit!(SubscriptionCreated {
+            subscription: a.subscription.key(),
+            plan: plan.key(),
+            subscriber: a.subscriber.key(),
+            amount: terms.amount,
+            period_start: now,
+            period_end,
+            max_overage: args.max_overage.unwrap_or(0),
+            status: SubscriptionStatus::Active,
+        });
+        Ok(())
+    }
+}

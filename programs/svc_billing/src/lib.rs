@@ -1,0 +1,55 @@
+//! svc_billing: plans, subscriptions and metered allowances for svcpay.
+//!
+//! A provider publishes a [`state::Plan`]; a subscriber's [`state::Subscription`] pays the
+//! first period at once and is renewed by the plan's billing authority (the facilitator);
+//! an optional [`state::Allowance`] caps metered usage per cycle. Funds stay in the
+//! subscriber's token account, delegated to a per-subscriber PDA, until a rule of this
+//! program moves them. `lib.rs` only dispatches; each instruction lives in its own file.
+// The registry-only build defines the i128 builtins with rustc's internal "unadjusted" ABI.
+#![cfg_attr(target_arch = "bpf", feature(abi_unadjusted))]
+
+use anchor_lang::prelude::*;
+
+pub mod constants;
+pub mod errors;
+pub mod events;
+pub mod instructions;
+pub mod state;
+pub mod transfer;
+
+#[cfg(target_arch = "bpf")]
+mod sbf_builtins;
+
+use instructions::*;
+
+// Upstream LLVM's BPF target (the registry-only build) takes memcpy/memset (as syscalls)
+// and soft-float helpers from this crate; platform-tools builds (arch "sbf") have their
+// own. Its i128 helpers are weak and lose to `sbf_builtins`.
+#[cfg(target_arch = "bpf")]
+use solana_compiler_builtins as _;
+
+declare_id!("E9RiTLt2qicJA6eaG4vWPmVAdPGmZQENekQCsxebZWAj");
+
+#[program]
+pub mod svc_billing {
+    use super::*;
+
+    /// Publishes a plan: `amount` of `mint` every `period_secs`, paid to `destination`.
+    #[access_control(ctx.accounts.validate(&args))]
+    pub fn create_plan(ctx: Context<CreatePlan>, args: CreatePlanArgs) -> Result<()> {
+        CreatePlan::handler(ctx, args)
+    }
+
+    /// Creates a subscription (and, with `max_overage`, its allowance), delegates the
+    /// subscriber's token account to the program and charges the first period.
+    #[access_control(ctx.accounts.validate(&args))]
+    pub fn subscribe(ctx: Context<Subscribe>, args: SubscribeArgs) -> Result<()> {
+        Subscribe::handler(ctx, args)
+    }
+
+    /// Charges `amount` of metered usage against the allowance of an ACTIVE subscription.
+    #[access_control(ctx.accounts.validate(amount))]
+    pub fn deduct_allowance(ctx: Context<DeductAllowance>, amount: u64) -> Result<()> {
+        DeductAllowance::handler(ctx, amount)
+    }
+}

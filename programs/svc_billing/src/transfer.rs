@@ -1,0 +1,55 @@
+//! Moving a subscriber's tokens under the program's rules. Every pull goes through here.
+use anchor_lang::prelude::*;
+use anchor_spl::token::{self, TokenAccount, TransferChecked};
+
+use crate::constants::DELEGATE_SEED;
+use crate::errors::BillingError;
+
+/// Refuses a pull the token program would refuse, with the program's own error: the
+/// account must hold `amount` and still delegate at least `amount` to `delegate`.
+pub fn check_can_pull(source: &TokenAccount, delegate: &Pubkey, amount: u64) -> Result<()> {
+    require!(source.amount >= amount, BillingError::InsufficientFunds);
+    let delegated = match source.delegate {
+        anchor_lang::solana_program::program_option::COption::Some(d) if d == *delegate => {
+            source.delegated_amount
+        }
+        _ => 0,
+    };
+    require!(delegated >= amount, BillingError::DelegationMissing);
+    Ok(())
+}
+
+/// Transfers `amount` from the subscriber's `source` to `destination`, signed by the
+/// subscriber's delegate PDA. Kept out of line so each handler's stack frame stays small
+/// (the SBF stack frame is 4 KiB).
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+pub fn pull<'info>(
+    token_program: &AccountInfo<'info>,
+    source: &AccountInfo<'info>,
+    mint: &AccountInfo<'info>,
+    destination: &AccountInfo<'info>,
+    delegate: &AccountInfo<'info>,
+    subscriber: &Pubkey,
+    delegate_bump: u8,
+    amount: u64,
+    decimals: u8,
+) -> Result<()> {
+    let bump = [delegate_bump];
+    let seeds: &[&[u8]] = &[DELEGATE_SEED, subscriber.as_ref(), &bump];
+    let signer = &[seeds];
+    token::transfer_checked(
+        CpiContext::new_with_signer(
+            token_program.key(),
+            TransferChecked {
+                from: source.clone(),
+                mint: mint.clone(),
+                to: destination.clone(),
+                authority: delegate.clone(),
+            },
+            signer,
+        ),
+        amount,
+        decimals,
+    )
+}

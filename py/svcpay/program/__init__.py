@@ -1,0 +1,1 @@
+"""The svc_billing program: generated client, PDAs, errors and events."""

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 from solders.system_program import ID as SYSTEM_PROGRAM_ID
+
 from svcpay.program.generated.accounts.plan import Plan
 from svcpay.program.generated.program_id import PROGRAM_ID
 from svcpay.program.generated.types.plan_status import Active
-
 from tests.support.asserts import assert_program_error
 from tests.support.billing import DAY, USDC, Billing, create_plan_ix
 from tests.support.chain import Chain

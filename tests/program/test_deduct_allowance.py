@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from svcpay.program import pda
 from svcpay.program.generated.accounts.allowance import Allowance
-
 from tests.support.asserts import assert_program_error
 from tests.support.billing import USDC, Billing, Plan, Subscriber, deduct_ix
 from tests.support.chain import Chain, TxResult

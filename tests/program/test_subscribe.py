@@ -7,7 +7,6 @@ from svcpay.program.generated.accounts.allowance import Allowance
 from svcpay.program.generated.accounts.plan import Plan as PlanAccount
 from svcpay.program.generated.accounts.subscription import Subscription
 from svcpay.program.generated.types.subscription_status import Active
-
 from tests.support.asserts import assert_program_error
 from tests.support.billing import DAY, USDC, Billing
 from tests.support.chain import Chain

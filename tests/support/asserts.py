@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 from svcpay.program import errors
-
 from tests.support.chain import TxResult
 
 

@@ -11,11 +11,8 @@ from dataclasses import dataclass
 from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
-from svcpay.program import pda
-from svcpay.program.generated import instructions as ix
-from svcpay.program.generated.types.create_plan_args import CreatePlanArgs
-from svcpay.program.generated.types.subscribe_args import SubscribeArgs
 
+from svcpay.program import instructions, pda
 from tests.support.chain import Chain, TxResult
 
 DAY = 24 * 60 * 60
@@ -54,56 +51,31 @@ def create_plan_ix(
     period_secs: int = 30 * DAY,
     grace_secs: int = 3 * DAY,
 ) -> Instruction:
-    return ix.create_plan(
-        {
-            "args": CreatePlanArgs(
-                plan_id=plan_id,
-                amount=amount,
-                period_secs=period_secs,
-                grace_secs=grace_secs,
-                billing_authority=billing_authority,
-            )
-        },
-        {
-            "authority": authority,
-            "plan": pda.plan_address(authority, plan_id),
-            "mint": mint,
-            "destination": destination,
-        },
+    return instructions.create_plan(
+        authority, plan_id, mint, destination, billing_authority, amount, period_secs, grace_secs
     )
 
 
 def subscribe_ix(plan: Plan, subscriber: Subscriber, max_overage: int | None = None) -> Instruction:
-    subscription = pda.subscription_address(plan.address, subscriber.pubkey)
-    return ix.subscribe(
-        {"args": SubscribeArgs(max_overage=max_overage)},
-        {
-            "subscriber": subscriber.pubkey,
-            "plan": plan.address,
-            "subscription": subscription,
-            "allowance": pda.allowance_address(subscription) if max_overage is not None else None,
-            "subscriber_token": subscriber.token_account,
-            "destination": plan.destination,
-            "mint": plan.mint,
-            "delegate": pda.delegate_address(subscriber.pubkey),
-        },
+    return instructions.subscribe(
+        plan.address,
+        subscriber.pubkey,
+        subscriber.token_account,
+        plan.mint,
+        plan.destination,
+        max_overage,
     )
 
 
 def deduct_ix(plan: Plan, subscriber: Subscriber, amount: int, authority: Pubkey) -> Instruction:
-    subscription = pda.subscription_address(plan.address, subscriber.pubkey)
-    return ix.deduct_allowance(
-        {"amount": amount},
-        {
-            "authority": authority,
-            "plan": plan.address,
-            "subscription": subscription,
-            "allowance": pda.allowance_address(subscription),
-            "subscriber_token": subscriber.token_account,
-            "destination": plan.destination,
-            "mint": plan.mint,
-            "delegate": pda.delegate_address(subscriber.pubkey),
-        },
+    return instructions.deduct_allowance(
+        authority,
+        plan.address,
+        subscriber.pubkey,
+        subscriber.token_account,
+        plan.mint,
+        plan.destination,
+        amount,
     )
 
 

@@ -9,8 +9,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from anchorpy_core.idl import Idl
 from anchorpy.coder.event import EventCoder
+from anchorpy_core.idl import Idl
 from construct import ConstructError
 
 _DATA_PREFIX = "Program data: "

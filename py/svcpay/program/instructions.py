@@ -1,0 +1,95 @@
+"""svc_billing instructions with every account filled in (PDAs derived from the seeds).
+
+Thin wrappers over the generated client; amounts are integers in the mint's base units.
+"""
+
+from __future__ import annotations
+
+from solders.instruction import Instruction
+from solders.pubkey import Pubkey
+
+from svcpay.program import pda
+from svcpay.program.generated import instructions as gen
+from svcpay.program.generated.types.create_plan_args import CreatePlanArgs
+from svcpay.program.generated.types.subscribe_args import SubscribeArgs
+
+
+def create_plan(
+    authority: Pubkey,
+    plan_id: int,
+    mint: Pubkey,
+    destination: Pubkey,
+    billing_authority: Pubkey,
+    amount: int,
+    period_secs: int,
+    grace_secs: int,
+) -> Instruction:
+    """Publishes plan `plan_id` of `authority`: `amount` every `period_secs` to `destination`."""
+    args = CreatePlanArgs(
+        plan_id=plan_id,
+        amount=amount,
+        period_secs=period_secs,
+        grace_secs=grace_secs,
+        billing_authority=billing_authority,
+    )
+    return gen.create_plan(
+        {"args": args},
+        {
+            "authority": authority,
+            "plan": pda.plan_address(authority, plan_id),
+            "mint": mint,
+            "destination": destination,
+        },
+    )
+
+
+def subscribe(
+    plan: Pubkey,
+    subscriber: Pubkey,
+    subscriber_token: Pubkey,
+    mint: Pubkey,
+    destination: Pubkey,
+    max_overage: int | None = None,
+) -> Instruction:
+    """Subscribes `subscriber` to `plan`, paying the first period from `subscriber_token`."""
+    subscription = pda.subscription_address(plan, subscriber)
+    allowance = pda.allowance_address(subscription) if max_overage is not None else None
+    return gen.subscribe(
+        {"args": SubscribeArgs(max_overage=max_overage)},
+        {
+            "subscriber": subscriber,
+            "plan": plan,
+            "subscription": subscription,
+            "allowance": allowance,
+            "subscriber_token": subscriber_token,
+            "destination": destination,
+            "mint": mint,
+            "delegate": pda.delegate_address(subscriber),
+        },
+    )
+
+
+def deduct_allowance(
+    authority: Pubkey,
+    plan: Pubkey,
+    subscriber: Pubkey,
+    subscriber_token: Pubkey,
+    mint: Pubkey,
+    destination: Pubkey,
+    amount: int,
+) -> Instruction:
+    """Charges `amount` of metered usage to `subscriber`'s allowance, signed by `authority`."""
+    subscription = pda.subscription_address(plan, subscriber)
+    return gen.deduct_allowance(
+        {"amount": amount},
+        {
+            "authority": authority,
+            "plan": plan,
+            "subscription": subscription,
+            "allowance": pda.allowance_address(subscription),
+            "subscriber_token": subscriber_token,
+            "destination": destination,
+            "mint": mint,
+            "delegate": pda.delegate_address(subscriber),
+        },
+    )

@@ -1,15 +1,25 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
+from svcpay.localnet.process import Localnet, localnet
 from tests.support.billing import Billing
 from tests.support.chain import Chain
 
 
+@pytest.fixture(scope="session")
+def validator() -> Iterator[Localnet]:
+    """One local validator with the built program for the session. Fails (never skips) when
+    the binary is missing: scripts/test builds it first."""
+    with localnet() as node:
+        yield node
+
+
 @pytest.fixture
-def chain() -> Chain:
-    """A fresh runtime with the built program. Fails (never skips) if the binary is missing."""
-    return Chain()
+def chain(validator: Localnet) -> Chain:
+    return Chain(validator.url, validator.can_time_travel)
 
 
 @pytest.fixture

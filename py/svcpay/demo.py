@@ -10,12 +10,12 @@ from __future__ import annotations
 import sys
 from decimal import Decimal
 
-from svcpay.localnet.svm import LocalChain, ProgramBinaryMissing, TxResult
+from svcpay.localnet.chain import Chain, TxResult
+from svcpay.localnet.process import LocalnetError, ProgramBinaryMissing, localnet
 from svcpay.program import errors, instructions, pda
 
 USDC = 10**6
 DAY = 24 * 60 * 60
-START = 1_800_000_000  # unix seconds; the demo sets the runtime clock here
 
 
 def usdc(base_units: int) -> str:
@@ -36,16 +36,21 @@ def show(result: TxResult) -> None:
 
 def main() -> int:
     try:
-        chain = LocalChain()
-    except ProgramBinaryMissing as e:
+        with localnet() as node:
+            print(f"svcpay demo: local validator ({node.kind}) at {node.url}")
+            walkthrough(Chain(node.url, node.can_time_travel))
+    except (ProgramBinaryMissing, LocalnetError) as e:
         print(f"demo: {e}", file=sys.stderr)
         return 1
-    chain.set_unix_timestamp(START)
+    return 0
+
+
+def walkthrough(chain: Chain) -> None:
     provider, facilitator, client = (chain.funded_keypair() for _ in range(3))
     mint = chain.create_mint(decimals=6)
     destination = chain.token_account(provider.pubkey(), mint)
     wallet = chain.token_account(client.pubkey(), mint, amount=50 * USDC)
-    print("svcpay demo: on-chain billing in the Solana runtime (LiteSVM), program svc_billing")
+    print("On-chain billing with the svc_billing program:")
     print(f"   provider {provider.pubkey()}, facilitator {facilitator.pubkey()}")
     print(f"   client {client.pubkey()} holds {usdc(chain.token_state(wallet)['amount'])}")
 
@@ -88,7 +93,6 @@ def main() -> int:
         f"provider {usdc(chain.token_state(destination)['amount'])}"
     )
     print("\nThe HTTP 402 gate, paying client and facilitator are the next steps (issues 5-7).")
-    return 0
 
 
 if __name__ == "__main__":

@@ -9,15 +9,15 @@ from __future__ import annotations
 import json
 import sys
 
-from svcpay.localnet.svm import PROGRAM_SO, LocalChain
+from svcpay.localnet.chain import Chain
+from svcpay.localnet.process import PROGRAM_SO, localnet
 from svcpay.program import instructions, pda
 
 USDC = 10**6
 DAY = 86_400
 
 
-def measure() -> dict[str, int]:
-    chain = LocalChain()
+def measure(chain: Chain) -> dict[str, int]:
     provider, facilitator = chain.funded_keypair(), chain.funded_keypair()
     mint = chain.create_mint()
     dest = chain.token_account(provider.pubkey(), mint)
@@ -56,7 +56,10 @@ def measure() -> dict[str, int]:
 
 
 def main() -> None:
-    results = measure()
+    with localnet() as node:
+        results = measure(Chain(node.url))
+    if "--json" not in sys.argv:
+        print(f"validator: {node.kind}")
     if "--json" in sys.argv:
         print(json.dumps(results, indent=2))
         return

@@ -1,6 +1,7 @@
-"""The runtime the tests use: svcpay's LiteSVM chain with the built program (never a mock)."""
+"""The chain the tests use: a real local validator (solana-test-validator or svcpay's
+drop-in) running the built program, reached over JSON-RPC. Never a mock."""
 
-from svcpay.localnet.svm import LocalChain as Chain
-from svcpay.localnet.svm import ProgramBinaryMissing, TxResult
+from svcpay.localnet.chain import AccountData, Chain, RpcError, TxResult
+from svcpay.localnet.process import ProgramBinaryMissing
 
-__all__ = ["Chain", "ProgramBinaryMissing", "TxResult"]
+__all__ = ["AccountData", "Chain", "ProgramBinaryMissing", "RpcError", "TxResult"]

@@ -50,13 +50,15 @@ def from_code(code: int, message: str = "") -> ProgramError | None:
     return cls(message or (cls.__doc__ or "")) if cls else None
 
 
-_CUSTOM = re.compile(r"custom program error: 0x([0-9a-fA-F]+)|Custom\((\d+)\)")
+_CUSTOM = re.compile(r'custom program error: 0x([0-9a-fA-F]+)|Custom\((\d+)\)|"Custom": ?(\d+)')
 
 
 def from_logs_or_error(err: object) -> ProgramError | None:
-    """Finds the program's custom error code in a transaction error (or its text)."""
+    """Finds the program's custom error code in a transaction error: its RPC JSON
+    (`{"InstructionError": [0, {"Custom": 6002}]}`), solders' text, or a log line."""
     match = _CUSTOM.search(str(err))
     if not match:
         return None
-    code = int(match.group(1), 16) if match.group(1) else int(match.group(2))
+    hex_code, *decimal = match.groups()
+    code = int(hex_code, 16) if hex_code else int(next(d for d in decimal if d))
     return from_code(code)

@@ -1,0 +1,238 @@
+"""A small synchronous chain client over JSON-RPC, for tests, the demo and benchmarks.
+
+Sends transactions and reads back what happened (logs, compute units, decoded events, the
+program error), creates SPL mints and token accounts with real instructions, and moves the
+clock where the validator supports time travel. Works against any validator that speaks
+Solana JSON-RPC; nothing here mocks the chain.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from solders.hash import Hash
+from solders.instruction import Instruction
+from solders.keypair import Keypair
+from solders.message import MessageV0
+from solders.pubkey import Pubkey
+from solders.system_program import CreateAccountParams, create_account
+from solders.transaction import VersionedTransaction
+from spl.token.constants import TOKEN_PROGRAM_ID
+from spl.token.instructions import (
+    InitializeMintParams,
+    MintToParams,
+    create_associated_token_account,
+    get_associated_token_address,
+    initialize_mint,
+    mint_to,
+)
+
+from svcpay.program import errors
+from svcpay.program.events import Event, decode_logs
+
+MINT_SIZE = 82
+CLOCK_SYSVAR = Pubkey.from_string("SysvarC1ock11111111111111111111111111111111")
+SIMULATION_FAILED = -32002
+CONFIRM_TIMEOUT = 60.0
+
+
+class RpcError(RuntimeError):
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"RPC error {code}: {message}")
+        self.code, self.message, self.data = code, message, data
+
+
+@dataclass
+class TxResult:
+    """Outcome of one transaction: logs, compute units, decoded events or the error."""
+
+    ok: bool
+    logs: list[str]
+    compute_units: int
+    error: str | None = None
+    signature: str | None = None
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def program_error(self) -> errors.ProgramError | None:
+        return errors.from_logs_or_error(self.error) if self.error else None
+
+    def event(self, name: str) -> Event:
+        """The single event called `name` (ValueError unless exactly one was emitted)."""
+        found = [e for e in self.events if e.name == name]
+        if len(found) != 1:
+            raise ValueError(f"expected one {name} event, got {[e.name for e in self.events]}")
+        return found[0]
+
+
+class TransactionFailed(RuntimeError):
+    """A transaction expected to succeed failed; carries its result."""
+
+    def __init__(self, result: TxResult) -> None:
+        super().__init__(f"transaction failed: {result.error}\n" + "\n".join(result.logs))
+        self.result = result
+
+
+@dataclass(frozen=True)
+class AccountData:
+    lamports: int
+    owner: Pubkey
+    data: bytes
+    executable: bool
+
+
+class Chain:
+    """JSON-RPC client for a (local) cluster, with a funded fee payer."""
+
+    def __init__(self, url: str, can_time_travel: bool = False) -> None:
+        self.http = httpx.Client(timeout=30)
+        self.url = url
+        self.can_time_travel = can_time_travel
+        self.payer = self.funded_keypair()
+
+    def rpc(self, method: str, *params: Any) -> Any:
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": list(params)}
+        reply = self.http.post(self.url, json=body).json()
+        if "error" in reply:
+            err = reply["error"]
+            raise RpcError(err["code"], err["message"], err.get("data"))
+        return reply["result"]
+
+    # -- accounts and time ------------------------------------------------------------
+    def funded_keypair(self, lamports: int = 10 * 10**9) -> Keypair:
+        kp = Keypair()
+        self._confirm(self.rpc("requestAirdrop", str(kp.pubkey()), lamports))
+        return kp
+
+    def account(self, address: Pubkey) -> AccountData | None:
+        value = self.rpc("getAccountInfo", str(address), {"encoding": "base64"})["value"]
+        if value is None:
+            return None
+        return AccountData(
+            value["lamports"],
+            Pubkey.from_string(value["owner"]),
+            base64.b64decode(value["data"][0]),
+            value["executable"],
+        )
+
+    def minimum_balance(self, size: int) -> int:
+        return int(self.rpc("getMinimumBalanceForRentExemption", size))
+
+    def unix_timestamp(self) -> int:
+        """The cluster's Clock sysvar time, unix seconds."""
+        clock = self.account(CLOCK_SYSVAR)
+        assert clock is not None
+        return int.from_bytes(clock.data[32:40], "little", signed=True)
+
+    def time_travel(self, unix_timestamp: int) -> None:
+        """Moves the cluster clock forward to `unix_timestamp` (drop-in validator only)."""
+        if not self.can_time_travel:
+            raise RuntimeError("this validator cannot travel in time; use short periods")
+        self.rpc("surfnet_timeTravel", {"absoluteTimestamp": unix_timestamp * 1000})
+
+    # -- transactions -----------------------------------------------------------------
+    def send(self, ixs: list[Instruction], signers: list[Keypair]) -> TxResult:
+        """Sends one transaction (the first signer pays) and waits until it is confirmed."""
+        blockhash = self.rpc("getLatestBlockhash", {"commitment": "confirmed"})["value"][
+            "blockhash"
+        ]
+        msg = MessageV0.try_compile(signers[0].pubkey(), ixs, [], Hash.from_string(blockhash))
+        wire = base64.b64encode(bytes(VersionedTransaction(msg, signers))).decode()
+        try:
+            signature = self.rpc(
+                "sendTransaction", wire, {"encoding": "base64", "preflightCommitment": "confirmed"}
+            )
+        except RpcError as e:
+            if e.code != SIMULATION_FAILED or not isinstance(e.data, dict):
+                raise
+            return TxResult(
+                False,
+                e.data.get("logs") or [],
+                e.data.get("unitsConsumed") or 0,
+                json.dumps(e.data["err"]),
+            )
+        self._confirm(signature)
+        tx = self.rpc(
+            "getTransaction",
+            signature,
+            {"encoding": "base64", "commitment": "confirmed", "maxSupportedTransactionVersion": 0},
+        )
+        meta = tx["meta"]
+        logs = meta["logMessages"] or []
+        units = meta.get("computeUnitsConsumed") or 0
+        if meta["err"] is not None:
+            return TxResult(False, logs, units, json.dumps(meta["err"]), signature)
+        return TxResult(True, logs, units, None, signature, decode_logs(logs))
+
+    def send_ok(self, ixs: list[Instruction], signers: list[Keypair]) -> TxResult:
+        """Like `send`, raising TransactionFailed unless the transaction succeeded."""
+        result = self.send(ixs, signers)
+        if not result.ok:
+            raise TransactionFailed(result)
+        return result
+
+    def _confirm(self, signature: str) -> None:
+        deadline = time.monotonic() + CONFIRM_TIMEOUT
+        while time.monotonic() < deadline:
+            status = self.rpc("getSignatureStatuses", [signature])["value"][0]
+            if status and status.get("confirmationStatus") in ("confirmed", "finalized"):
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"transaction {signature} not confirmed in {CONFIRM_TIMEOUT:.0f}s")
+
+    # -- SPL Token ----------------------------------------------------------------------
+    def create_mint(self, decimals: int = 6, authority: Keypair | None = None) -> Pubkey:
+        authority = authority or self.payer
+        mint = Keypair()
+        create = CreateAccountParams(
+            from_pubkey=self.payer.pubkey(),
+            to_pubkey=mint.pubkey(),
+            lamports=self.minimum_balance(MINT_SIZE),
+            space=MINT_SIZE,
+            owner=TOKEN_PROGRAM_ID,
+        )
+        init = InitializeMintParams(
+            decimals=decimals,
+            program_id=TOKEN_PROGRAM_ID,
+            mint=mint.pubkey(),
+            mint_authority=authority.pubkey(),
+            freeze_authority=None,
+        )
+        self.send_ok([create_account(create), initialize_mint(init)], [self.payer, mint])
+        return mint.pubkey()
+
+    def token_account(self, owner: Pubkey, mint: Pubkey, amount: int = 0) -> Pubkey:
+        """The owner's associated token account of `mint`, created, with `amount` minted."""
+        ata = get_associated_token_address(owner, mint)
+        ixs = [create_associated_token_account(self.payer.pubkey(), owner, mint)]
+        if amount:
+            params = MintToParams(
+                program_id=TOKEN_PROGRAM_ID,
+                mint=mint,
+                dest=ata,
+                mint_authority=self.payer.pubkey(),
+                amount=amount,
+            )
+            ixs.append(mint_to(params))
+        self.send_ok(ixs, [self.payer])
+        return ata
+
+    def token_state(self, address: Pubkey) -> dict[str, Any]:
+        """Balance and delegation of an SPL token account (its 165-byte layout)."""
+        acct = self.account(address)
+        if acct is None:
+            raise KeyError(f"no token account at {address}")
+        data = acct.data
+        has_delegate = int.from_bytes(data[72:76], "little") == 1
+        return {
+            "mint": Pubkey.from_bytes(data[0:32]),
+            "owner": Pubkey.from_bytes(data[32:64]),
+            "amount": int.from_bytes(data[64:72], "little"),
+            "delegate": Pubkey.from_bytes(data[76:108]) if has_delegate else None,
+            "delegated_amount": int.from_bytes(data[121:129], "little"),
+        }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from solders.instruction import AccountMeta
+
 from svcpay.program import pda
 from svcpay.program.generated.accounts.allowance import Allowance
 from tests.support.asserts import assert_program_error
@@ -85,3 +87,37 @@ def test_a_subscription_without_allowance_cannot_be_deducted(
     result = deduct(chain, plan, sub, 1)
     assert not result.ok
     assert "AccountNotInitialized" in "\n".join(result.logs)
+
+
+def test_a_substitute_delegate_is_refused(chain: Chain, billing: Billing) -> None:
+    plan, sub = subscribed(billing, balance=5 * USDC, cap=USDC)
+    other = billing.subscriber(plan, balance=5 * USDC)
+    assert billing.subscribe(plan, other).ok
+    for fake in (pda.delegate_address(other.pubkey), chain.funded_keypair().pubkey()):
+        ix = deduct_ix(plan, sub, 1, plan.billing_authority.pubkey())
+        ix.accounts = [
+            AccountMeta(fake, m.is_signer, m.is_writable)
+            if m.pubkey == pda.delegate_address(sub.pubkey)
+            else m
+            for m in ix.accounts
+        ]
+        assert_program_error(chain.send([ix], [plan.billing_authority]), "DelegationMissing")
+    assert chain.token_state(sub.token_account)["amount"] == 4 * USDC
+
+
+def test_another_subscriptions_allowance_is_refused(chain: Chain, billing: Billing) -> None:
+    plan = billing.plan(amount=USDC)
+    small, large = billing.subscriber(plan, 5 * USDC), billing.subscriber(plan, 5 * USDC)
+    assert billing.subscribe(plan, small, max_overage=USDC).ok
+    assert billing.subscribe(plan, large, max_overage=4 * USDC).ok
+    own = pda.allowance_address(pda.subscription_address(plan.address, small.pubkey))
+    borrowed = pda.allowance_address(pda.subscription_address(plan.address, large.pubkey))
+    ix = deduct_ix(plan, small, 2 * USDC, plan.billing_authority.pubkey())
+    ix.accounts = [
+        AccountMeta(borrowed, m.is_signer, m.is_writable) if m.pubkey == own else m
+        for m in ix.accounts
+    ]
+    result = chain.send([ix], [plan.billing_authority])
+    assert not result.ok
+    assert "ConstraintHasOne" in "\n".join(result.logs)
+    assert chain.token_state(small.token_account)["amount"] == 4 * USDC

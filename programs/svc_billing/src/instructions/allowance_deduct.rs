@@ -1,7 +1,6 @@
 use anchor_lang::prelude::*;
 use anchor_spl::token::{Mint, Token, TokenAccount};
 
-use crate::constants::{ALLOWANCE_SEED, DELEGATE_SEED};
 use crate::errors::BillingError;
 use crate::events::AllowanceDeducted;
 use crate::state::{Allowance, Plan, Subscription, SubscriptionStatus};
@@ -18,12 +17,9 @@ pub struct DeductAllowance<'info> {
     #[account(mut, has_one = plan)]
     pub subscription: Account<'info, Subscription>,
 
-    #[account(
-        mut,
-        has_one = subscription,
-        seeds = [ALLOWANCE_SEED, subscription.key().as_ref()],
-        bump = allowance.bump,
-    )]
+    /// Allowances are only ever created at their PDA (`init` in subscribe), so the owner
+    /// and discriminator checks plus `has_one` pin this one without re-deriving the address.
+    #[account(mut, has_one = subscription)]
     pub allowance: Account<'info, Allowance>,
 
     #[account(mut, address = subscription.token_account @ BillingError::TokenAccountMismatch)]
@@ -35,12 +31,10 @@ pub struct DeductAllowance<'info> {
     #[account(address = subscription.terms.mint @ BillingError::MintMismatch)]
     pub mint: Account<'info, Mint>,
 
-    /// CHECK: the subscriber's delegate PDA; signs the transfer and holds no data. The
-    /// seeds constraint (with the stored bump) fixes its address.
-    #[account(
-        seeds = [DELEGATE_SEED, subscription.subscriber.as_ref()],
-        bump = subscription.delegate_bump,
-    )]
+    /// CHECK: the subscriber's delegate PDA; signs the transfer and holds no data. Not
+    /// re-derived here: `validate` requires it to be the token account's delegate, and the
+    /// transfer CPI signs with the seeds `[DELEGATE_SEED, subscriber, delegate_bump]`, which
+    /// the runtime only accepts for that exact address.
     pub delegate: UncheckedAccount<'info>,
 
     pub token_program: Program<'info, Token>,

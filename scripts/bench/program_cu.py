@@ -41,6 +41,12 @@ def measure(chain: Chain) -> dict[str, int]:
     )
     out["deduct_allowance CU"] = chain.send_ok([ix], [facilitator]).compute_units
 
+    chain.advance_to(chain.unix_timestamp() + 30 * DAY)
+    ix = instructions.collect(plan, plain.pubkey(), plain_tok, mint, dest, has_allowance=False)
+    out["collect CU"] = chain.send_ok([ix], [facilitator]).compute_units
+    ix = instructions.collect(plan, metered.pubkey(), metered_tok, mint, dest, has_allowance=True)
+    out["collect with allowance CU"] = chain.send_ok([ix], [facilitator]).compute_units
+
     subscription = pda.subscription_address(plan, metered.pubkey())
     for name, address in (
         ("plan", plan),
@@ -57,7 +63,7 @@ def measure(chain: Chain) -> dict[str, int]:
 
 def main() -> None:
     with localnet() as node:
-        results = measure(Chain(node.url))
+        results = measure(Chain(node.url, node.can_time_travel))
     if "--json" not in sys.argv:
         print(f"validator: {node.kind}")
     if "--json" in sys.argv:

@@ -13,6 +13,8 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from svcpay.program import instructions, pda
+from svcpay.program.generated.accounts.plan import Plan as PlanAccount
+from svcpay.program.generated.accounts.subscription import Subscription as SubscriptionAccount
 from tests.support.chain import Chain, TxResult
 
 DAY = 24 * 60 * 60
@@ -79,6 +81,17 @@ def deduct_ix(plan: Plan, subscriber: Subscriber, amount: int, authority: Pubkey
     )
 
 
+def collect_ix(plan: Plan, subscriber: Subscriber, has_allowance: bool = False) -> Instruction:
+    return instructions.collect(
+        plan.address,
+        subscriber.pubkey,
+        subscriber.token_account,
+        plan.mint,
+        plan.destination,
+        has_allowance,
+    )
+
+
 class Billing:
     def __init__(self, chain: Chain) -> None:
         self.chain = chain
@@ -125,6 +138,21 @@ class Billing:
             period_secs,
             result,
         )
+
+    def subscription(self, plan: Plan, subscriber: Subscriber) -> SubscriptionAccount:
+        acct = self.chain.account(pda.subscription_address(plan.address, subscriber.pubkey))
+        assert acct is not None, "no subscription"
+        return SubscriptionAccount.decode(acct.data)
+
+    def plan_state(self, plan: Plan) -> PlanAccount:
+        acct = self.chain.account(plan.address)
+        assert acct is not None, "no plan"
+        return PlanAccount.decode(acct.data)
+
+    def collect(self, plan: Plan, subscriber: Subscriber, has_allowance: bool = False) -> TxResult:
+        """Collects as a third party would: a fresh fee payer, no special authority."""
+        cranker = self.chain.funded_keypair()
+        return self.chain.send([collect_ix(plan, subscriber, has_allowance)], [cranker])
 
     def subscriber(self, plan: Plan, balance: int) -> Subscriber:
         kp = self.chain.funded_keypair()

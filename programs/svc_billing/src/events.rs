@@ -42,3 +42,47 @@ pub struct AllowanceDeducted {
     /// `used / cap` in basis points, for "nearly exhausted" alerts.
     pub used_bps: u16,
 }
+
+#[event]
+pub struct SubscriptionRenewed {
+    pub subscription: Pubkey,
+    pub plan: Pubkey,
+    /// Charged for the new period, already transferred.
+    pub amount: u64,
+    pub period_start: i64,
+    pub period_end: i64,
+    pub cycles_billed: u64,
+    /// True when this renewal ended a past-due spell.
+    pub recovered: bool,
+}
+
+#[event]
+pub struct RenewalFailed {
+    pub subscription: Pubkey,
+    pub plan: Pubkey,
+    /// The amount that could not be collected.
+    pub amount: u64,
+    pub reason: RenewalFailure,
+    pub past_due_since: i64,
+    /// The subscription expires if still unpaid after this time (unix seconds).
+    pub grace_deadline: i64,
+}
+
+#[event]
+pub struct SubscriptionEnded {
+    pub subscription: Pubkey,
+    pub plan: Pubkey,
+    /// Cancelled (at period end) or Expired (grace ran out).
+    pub status: SubscriptionStatus,
+    pub at: i64,
+}
+
+/// Why a renewal could not be collected.
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum RenewalFailure {
+    InsufficientFunds,
+    /// The subscriber revoked or replaced the program's delegation.
+    DelegationMissing,
+    /// The funding token account is closed, frozen or no longer the subscriber's.
+    TokenAccountUnusable,
+}

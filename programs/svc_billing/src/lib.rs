@@ -47,6 +47,14 @@ pub mod svc_billing {
         Subscribe::handler(ctx, args)
     }
 
+    /// Renews a subscription whose period ended (anyone may call): charges one period and
+    /// resets the allowance, or records the failure (past due, then expiry after grace),
+    /// or ends a subscription cancelled at period end.
+    #[access_control(ctx.accounts.validate())]
+    pub fn collect(ctx: Context<Collect>) -> Result<()> {
+        Collect::handler(ctx)
+    }
+
     /// Charges `amount` of metered usage against the allowance of an ACTIVE subscription.
     #[access_control(ctx.accounts.validate(amount))]
     pub fn deduct_allowance(ctx: Context<DeductAllowance>, amount: u64) -> Result<()> {

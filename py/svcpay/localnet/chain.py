@@ -135,6 +135,16 @@ class Chain:
             raise RuntimeError("this validator cannot travel in time; use short periods")
         self.rpc("surfnet_timeTravel", {"absoluteTimestamp": unix_timestamp * 1000})
 
+    def advance_to(self, unix_timestamp: int) -> None:
+        """Returns once the cluster clock reads at least `unix_timestamp`: by time travel
+        where the validator offers it, otherwise by waiting (keep such periods short)."""
+        if self.can_time_travel:
+            if self.unix_timestamp() < unix_timestamp:
+                self.time_travel(unix_timestamp)
+            return
+        while self.unix_timestamp() < unix_timestamp:
+            time.sleep(0.25)
+
     # -- transactions -----------------------------------------------------------------
     def send(self, ixs: list[Instruction], signers: list[Keypair]) -> TxResult:
         """Sends one transaction (the first signer pays) and waits until it is confirmed."""
@@ -221,6 +231,17 @@ class Chain:
             ixs.append(mint_to(params))
         self.send_ok(ixs, [self.payer])
         return ata
+
+    def mint_to(self, mint: Pubkey, token_account: Pubkey, amount: int) -> None:
+        """Mints `amount` to `token_account` (the payer is every test mint's authority)."""
+        params = MintToParams(
+            program_id=TOKEN_PROGRAM_ID,
+            mint=mint,
+            dest=token_account,
+            mint_authority=self.payer.pubkey(),
+            amount=amount,
+        )
+        self.send_ok([mint_to(params)], [self.payer])
 
     def token_state(self, address: Pubkey) -> dict[str, Any]:
         """Balance and delegation of an SPL token account (its 165-byte layout)."""

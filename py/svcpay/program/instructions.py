@@ -93,3 +93,26 @@ def deduct_allowance(
             "delegate": pda.delegate_address(subscriber),
         },
     )
+
+
+def collect(
+    plan: Pubkey,
+    subscriber: Pubkey,
+    subscriber_token: Pubkey,
+    mint: Pubkey,
+    destination: Pubkey,
+    has_allowance: bool,
+) -> Instruction:
+    """Renews `subscriber`'s subscription to `plan` if due (anyone may send it)."""
+    subscription = pda.subscription_address(plan, subscriber)
+    return gen.collect(
+        {
+            "plan": plan,
+            "subscription": subscription,
+            "allowance": pda.allowance_address(subscription) if has_allowance else None,
+            "subscriber_token": subscriber_token,
+            "destination": destination,
+            "mint": mint,
+            "delegate": pda.delegate_address(subscriber),
+        },
+    )

@@ -42,6 +42,12 @@ impl Allowance {
         Ok(())
     }
 
+    /// Starts a new metered cycle (after a successful renewal).
+    pub fn reset(&mut self, cycle: u64) {
+        self.used = 0;
+        self.cycle = cycle;
+    }
+
     /// `used / cap` in basis points, rounded down. The product needs 128 bits.
     pub fn used_bps(&self) -> u16 {
         if self.cap == 0 {

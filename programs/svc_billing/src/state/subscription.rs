@@ -71,4 +71,81 @@ impl Subscription {
             .ok_or(BillingError::MathOverflow)?;
         Ok(())
     }
+
+    /// Start of the period that a successful renewal at `now` pays for.
+    ///
+    /// On time, or less than one whole period late: the due date, so the cadence holds.
+    /// Later than that, or when recovering from past due (access was refused meanwhile):
+    /// `now`. Periods nobody renewed are never charged.
+    pub fn renewal_start(period_end: i64, period_secs: i64, now: i64, was_past_due: bool) -> i64 {
+        if was_past_due || now.saturating_sub(period_end) >= period_secs {
+            now
+        } else {
+            period_end
+        }
+    }
+
+    /// When a past-due subscription expires: `grace_secs` after the first failed renewal.
+    pub fn grace_deadline(&self, grace_secs: i64) -> Result<i64> {
+        self.past_due_since
+            .checked_add(grace_secs)
+            .ok_or_else(|| error!(BillingError::MathOverflow))
+    }
+
+    /// Whether the subscription still counts as live (not cancelled or expired).
+    pub fn is_live(&self) -> bool {
+        !matches!(
+            self.status,
+            SubscriptionStatus::Cancelled | SubscriptionStatus::Expired
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: i64 = 86_400;
+
+    #[test]
+    fn renewal_on_time_or_slightly_late_keeps_the_cadence() {
+        let end = 1_000 * DAY;
+        assert_eq!(Subscription::renewal_start(end, 30 * DAY, end, false), end);
+        assert_eq!(
+            Subscription::renewal_start(end, 30 * DAY, end + 29 * DAY, false),
+            end
+        );
+    }
+
+    #[test]
+    fn renewal_a_whole_period_late_starts_now() {
+        let end = 1_000 * DAY;
+        let now = end + 30 * DAY;
+        assert_eq!(Subscription::renewal_start(end, 30 * DAY, now, false), now);
+        assert_eq!(
+            Subscription::renewal_start(end, 30 * DAY, end + 95 * DAY, false),
+            end + 95 * DAY
+        );
+    }
+
+    #[test]
+    fn recovery_from_past_due_starts_now() {
+        let end = 1_000 * DAY;
+        assert_eq!(
+            Subscription::renewal_start(end, 30 * DAY, end + DAY, true),
+            end + DAY
+        );
+    }
+
+    #[test]
+    fn renewal_start_survives_extreme_times() {
+        assert_eq!(
+            Subscription::renewal_start(i64::MAX, 1, i64::MIN, false),
+            i64::MAX
+        );
+        assert_eq!(
+            Subscription::renewal_start(i64::MIN, 1, i64::MAX, false),
+            i64::MAX
+        );
+    }
 }

@@ -4,6 +4,8 @@ from . import create_plan_args
 from .create_plan_args import CreatePlanArgs, CreatePlanArgsJSON
 from . import plan_status
 from .plan_status import PlanStatusKind, PlanStatusJSON
+from . import renewal_failure
+from .renewal_failure import RenewalFailureKind, RenewalFailureJSON
 from . import subscribe_args
 from .subscribe_args import SubscribeArgs, SubscribeArgsJSON
 from . import subscription_status

@@ -1,0 +1,182 @@
+use anchor_lang::prelude::*;
+use anchor_spl::token::{spl_token, Mint, Token, TokenAccount};
+
+use crate::errors::BillingError;
+use crate::events::{RenewalFailed, RenewalFailure, SubscriptionEnded, SubscriptionRenewed};
+use crate::state::{Allowance, Plan, Subscription, SubscriptionStatus};
+use crate::transfer;
+
+/// Renews a subscription whose period has ended. Anyone may call it (the facilitator's crank
+/// normally does): the money can only go from the subscription's token account to the
+/// plan's destination, one period per due date (docs/adr/0005).
+#[derive(Accounts)]
+pub struct Collect<'info> {
+    #[account(mut)]
+    pub plan: Account<'info, Plan>,
+
+    #[account(mut, has_one = plan)]
+    pub subscription: Account<'info, Subscription>,
+
+    /// Required when the subscription has one: its cycle resets at each renewal.
+    #[account(mut, has_one = subscription)]
+    pub allowance: Option<Account<'info, Allowance>>,
+
+    /// CHECK: the subscription's funding account, fixed by `address`. Parsed in the handler:
+    /// if it was closed or frozen the renewal fails gracefully (past due) instead of the
+    /// transaction failing.
+    #[account(mut, address = subscription.token_account @ BillingError::TokenAccountMismatch)]
+    pub subscriber_token: UncheckedAccount<'info>,
+
+    #[account(mut, address = subscription.terms.destination @ BillingError::DestinationMismatch)]
+    pub destination: Account<'info, TokenAccount>,
+
+    #[account(address = subscription.terms.mint @ BillingError::MintMismatch)]
+    pub mint: Account<'info, Mint>,
+
+    /// CHECK: the subscriber's delegate PDA; as in deduct_allowance, the transfer CPI signs
+    /// with its seeds, which the runtime only accepts for the right address, and the handler
+    /// requires it to be the token account's delegate before pulling.
+    pub delegate: UncheckedAccount<'info>,
+
+    pub token_program: Program<'info, Token>,
+}
+
+impl Collect<'_> {
+    pub fn validate(&self) -> Result<()> {
+        let sub = &self.subscription;
+        require!(
+            matches!(
+                sub.status,
+                SubscriptionStatus::Active | SubscriptionStatus::PastDue
+            ),
+            BillingError::SubscriptionNotActive
+        );
+        require!(
+            self.allowance.is_some() == sub.has_allowance,
+            BillingError::NoAllowance
+        );
+        if sub.status == SubscriptionStatus::Active {
+            let now = Clock::get()?.unix_timestamp;
+            require!(now >= sub.current_period_end, BillingError::NotDue);
+        }
+        Ok(())
+    }
+
+    pub fn handler(ctx: Context<Self>) -> Result<()> {
+        let now = Clock::get()?.unix_timestamp;
+        let a = ctx.accounts;
+        let sub_key = a.subscription.key();
+        let plan_key = a.plan.key();
+        let was_past_due = a.subscription.status == SubscriptionStatus::PastDue;
+
+        let ending =
+            if a.subscription.cancel_at_period_end && now >= a.subscription.current_period_end {
+                Some(SubscriptionStatus::Cancelled)
+            } else if was_past_due && now > a.subscription.grace_deadline(a.plan.grace_secs)? {
+                Some(SubscriptionStatus::Expired)
+            } else {
+                None
+            };
+        if let Some(status) = ending {
+            a.subscription.status = status;
+            a.plan.live_subscriptions = a.plan.live_subscriptions.saturating_sub(1);
+            emit!(SubscriptionEnded {
+                subscription: sub_key,
+                plan: plan_key,
+                status,
+                at: now
+            });
+            return Ok(());
+        }
+
+        let terms = a.subscription.terms;
+        if let Some(reason) = pull_failure(
+            &a.subscriber_token,
+            &a.subscription.subscriber,
+            &a.delegate.key(),
+            terms.amount,
+        ) {
+            if !was_past_due {
+                a.subscription.status = SubscriptionStatus::PastDue;
+                a.subscription.past_due_since = now;
+            }
+            emit!(RenewalFailed {
+                subscription: sub_key,
+                plan: plan_key,
+                amount: terms.amount,
+                reason,
+                past_due_since: a.subscription.past_due_since,
+                grace_deadline: a.subscription.grace_deadline(a.plan.grace_secs)?,
+            });
+            return Ok(());
+        }
+
+        transfer::pull(
+            &a.token_program.to_account_info(),
+            &a.subscriber_token.to_account_info(),
+            &a.mint.to_account_info(),
+            &a.destination.to_account_info(),
+            &a.delegate.to_account_info(),
+            &a.subscription.subscriber,
+            a.subscription.delegate_bump,
+            terms.amount,
+            terms.decimals,
+        )?;
+        let sub = &mut a.subscription;
+        let start = Subscription::renewal_start(
+            sub.current_period_end,
+            terms.period_secs,
+            now,
+            was_past_due,
+        );
+        sub.current_period_start = start;
+        sub.current_period_end = Subscription::period_end(start, terms.period_secs)?;
+        sub.cycles_billed = sub
+            .cycles_billed
+            .checked_add(1)
+            .ok_or(BillingError::MathOverflow)?;
+        sub.status = SubscriptionStatus::Active;
+        sub.past_due_since = 0;
+        sub.record_payment(terms.amount)?;
+        a.plan.record_payment(terms.amount)?;
+        if let Some(allowance) = a.allowance.as_mut() {
+            allowance.reset(sub.cycles_billed);
+        }
+        emit!(SubscriptionRenewed {
+            subscription: sub_key,
+            plan: plan_key,
+            amount: terms.amount,
+            period_start: sub.current_period_start,
+            period_end: sub.current_period_end,
+            cycles_billed: sub.cycles_billed,
+            recovered: was_past_due,
+        });
+        Ok(())
+    }
+}
+
+/// Why `amount` cannot be pulled from `source` now, if it cannot.
+fn pull_failure(
+    source: &AccountInfo,
+    subscriber: &Pubkey,
+    delegate: &Pubkey,
+    amount: u64,
+) -> Option<RenewalFailure> {
+    if source.owner != &spl_token::ID {
+        return Some(RenewalFailure::TokenAccountUnusable);
+    }
+    let data = source.try_borrow_data().ok()?;
+    let Ok(account) = TokenAccount::try_deserialize(&mut &data[..]) else {
+        return Some(RenewalFailure::TokenAccountUnusable);
+    };
+    if account.owner != *subscriber || account.is_frozen() {
+        return Some(RenewalFailure::TokenAccountUnusable);
+    }
+    match transfer::check_can_pull(&account, delegate, amount) {
+        Ok(()) => None,
+        Err(e) if e == BillingError::InsufficientFunds.into() => {
+            Some(RenewalFailure::InsufficientFunds)
+        }
+        Err(_) => Some(RenewalFailure::DelegationMissing),
+    }
+}

@@ -1,0 +1,180 @@
+"""collect: renewal at the period end, past due on failure, recovery, grace expiry.
+
+On the drop-in validator the clock travels 30 days; on solana-test-validator plans use
+short periods and the tests wait.
+"""
+
+from __future__ import annotations
+
+import pytest
+from spl.token.constants import TOKEN_PROGRAM_ID
+from spl.token.instructions import RevokeParams, revoke
+
+from svcpay.program.generated.types.subscription_status import Active, Expired, PastDue
+from tests.support.asserts import assert_program_error
+from tests.support.billing import DAY, USDC, Billing, Plan, Subscriber, deduct_ix
+from tests.support.chain import Chain
+
+
+@pytest.fixture
+def period(chain: Chain) -> int:
+    return 30 * DAY if chain.can_time_travel else 4
+
+
+@pytest.fixture
+def grace(chain: Chain) -> int:
+    return 3 * DAY if chain.can_time_travel else 4
+
+
+def subscribed(
+    billing: Billing, period: int, grace: int, balance: int, cap: int | None = None
+) -> tuple[Plan, Subscriber]:
+    plan = billing.plan(amount=10 * USDC, period_secs=period, grace_secs=grace)
+    sub = billing.subscriber(plan, balance=balance)
+    assert billing.subscribe(plan, sub, max_overage=cap).ok
+    return plan, sub
+
+
+def test_renews_when_the_period_has_ended(
+    chain: Chain, billing: Billing, period: int, grace: int
+) -> None:
+    plan, sub = subscribed(billing, period, grace, balance=30 * USDC)
+    first = billing.subscription(plan, sub)
+    assert_program_error(billing.collect(plan, sub), "NotDue")
+
+    chain.advance_to(first.current_period_end)
+    result = billing.collect(plan, sub)
+
+    assert result.ok, result.logs
+    state = billing.subscription(plan, sub)
+    assert isinstance(state.status, Active)
+    assert (state.cycles_billed, state.total_paid) == (2, 20 * USDC)
+    assert state.current_period_start == first.current_period_end  # the cadence holds
+    assert state.current_period_end == first.current_period_end + period
+    assert chain.token_state(sub.token_account)["amount"] == 10 * USDC
+    assert chain.token_state(plan.destination)["amount"] == 20 * USDC
+    event = result.event("SubscriptionRenewed")
+    assert (event.data["amount"], event.data["cycles_billed"], event.data["recovered"]) == (
+        10 * USDC,
+        2,
+        False,
+    )
+
+
+def test_a_second_collection_in_the_same_period_is_refused(
+    chain: Chain, billing: Billing, period: int, grace: int
+) -> None:
+    plan, sub = subscribed(billing, period, grace, balance=50 * USDC)
+    chain.advance_to(billing.subscription(plan, sub).current_period_end)
+    assert billing.collect(plan, sub).ok
+    assert_program_error(billing.collect(plan, sub), "NotDue")
+    assert chain.token_state(sub.token_account)["amount"] == 30 * USDC
+
+
+def test_a_failed_renewal_goes_past_due_then_recovers(
+    chain: Chain, billing: Billing, period: int, grace: int
+) -> None:
+    plan, sub = subscribed(billing, period, grace, balance=15 * USDC, cap=USDC)
+    due = billing.subscription(plan, sub).current_period_end
+    chain.advance_to(due)
+
+    failed = billing.collect(plan, sub, has_allowance=True)
+
+    assert failed.ok, "a failed renewal is recorded, not a failed transaction"
+    event = failed.event("RenewalFailed")
+    assert type(event.data["reason"]).__name__ == "InsufficientFunds"
+    state = billing.subscription(plan, sub)
+    assert isinstance(state.status, PastDue)
+    assert event.data["grace_deadline"] == state.past_due_since + grace
+    assert chain.token_state(sub.token_account)["amount"] == 5 * USDC
+    signer = plan.billing_authority
+    assert_program_error(
+        chain.send([deduct_ix(plan, sub, 1, signer.pubkey())], [signer]), "SubscriptionNotActive"
+    )
+
+    chain.mint_to(plan.mint, sub.token_account, 10 * USDC)
+    late = grace // 2
+    chain.advance_to(due + late)
+    recovered = billing.collect(plan, sub, has_allowance=True)
+
+    assert recovered.ok, recovered.logs
+    assert recovered.event("SubscriptionRenewed").data["recovered"] is True
+    state = billing.subscription(plan, sub)
+    assert isinstance(state.status, Active) and state.past_due_since == 0
+    # No charge for time not served: the new period starts at recovery, not at the due date.
+    assert state.current_period_start >= due + late
+    assert state.current_period_end == state.current_period_start + period
+    assert chain.token_state(sub.token_account)["amount"] == 5 * USDC
+
+
+def test_grace_expiry_ends_the_subscription(
+    chain: Chain, billing: Billing, period: int, grace: int
+) -> None:
+    plan, sub = subscribed(billing, period, grace, balance=10 * USDC)
+    chain.advance_to(billing.subscription(plan, sub).current_period_end)
+    assert billing.collect(plan, sub).event("RenewalFailed")
+    deadline = billing.subscription(plan, sub).past_due_since + grace
+    assert billing.plan_state(plan).live_subscriptions == 1
+
+    chain.advance_to(deadline + 1)
+    ended = billing.collect(plan, sub)
+
+    assert ended.ok
+    assert type(ended.event("SubscriptionEnded").data["status"]).__name__ == "Expired"
+    assert isinstance(billing.subscription(plan, sub).status, Expired)
+    assert billing.plan_state(plan).live_subscriptions == 0
+    chain.mint_to(plan.mint, sub.token_account, 10 * USDC)
+    assert_program_error(billing.collect(plan, sub), "SubscriptionNotActive")
+    assert chain.token_state(sub.token_account)["amount"] == 10 * USDC
+
+
+def test_renewal_resets_the_allowance_cycle(
+    chain: Chain, billing: Billing, period: int, grace: int
+) -> None:
+    plan, sub = subscribed(billing, period, grace, balance=30 * USDC, cap=USDC)
+    signer = plan.billing_authority
+    assert chain.send([deduct_ix(plan, sub, USDC, signer.pubkey())], [signer]).ok
+    assert_program_error(
+        chain.send([deduct_ix(plan, sub, 1, signer.pubkey())], [signer]), "AllowanceExhausted"
+    )
+
+    chain.advance_to(billing.subscription(plan, sub).current_period_end)
+    assert billing.collect(plan, sub, has_allowance=True).ok
+
+    assert chain.send([deduct_ix(plan, sub, USDC, signer.pubkey())], [signer]).ok
+
+
+def test_the_allowance_must_come_along(
+    chain: Chain, billing: Billing, period: int, grace: int
+) -> None:
+    plan, sub = subscribed(billing, period, grace, balance=30 * USDC, cap=USDC)
+    chain.advance_to(billing.subscription(plan, sub).current_period_end)
+    assert_program_error(billing.collect(plan, sub, has_allowance=False), "NoAllowance")
+
+
+def test_a_revoked_delegation_is_recorded_as_past_due(
+    chain: Chain, billing: Billing, period: int, grace: int
+) -> None:
+    plan, sub = subscribed(billing, period, grace, balance=30 * USDC)
+    params = RevokeParams(program_id=TOKEN_PROGRAM_ID, account=sub.token_account, owner=sub.pubkey)
+    chain.send_ok([revoke(params)], [sub.keypair])
+    chain.advance_to(billing.subscription(plan, sub).current_period_end)
+
+    result = billing.collect(plan, sub)
+
+    assert type(result.event("RenewalFailed").data["reason"]).__name__ == "DelegationMissing"
+    assert chain.token_state(sub.token_account)["amount"] == 20 * USDC
+
+
+def test_a_renewal_more_than_a_period_late_starts_a_new_cadence(
+    chain: Chain, billing: Billing, period: int, grace: int
+) -> None:
+    plan, sub = subscribed(billing, period, grace, balance=50 * USDC)
+    end = billing.subscription(plan, sub).current_period_end
+    chain.advance_to(end + period + period // 2)
+
+    assert billing.collect(plan, sub).ok
+
+    state = billing.subscription(plan, sub)
+    assert state.current_period_start >= end + period  # missed periods are not charged
+    assert chain.token_state(sub.token_account)["amount"] == 30 * USDC

@@ -47,6 +47,15 @@ def measure(chain: Chain) -> dict[str, int]:
     ix = instructions.collect(plan, metered.pubkey(), metered_tok, mint, dest, has_allowance=True)
     out["collect with allowance CU"] = chain.send_ok([ix], [facilitator]).compute_units
 
+    ix = instructions.set_allowance_cap(metered.pubkey(), plan, 30 * USDC)
+    out["set_allowance_cap CU"] = chain.send_ok([ix], [metered]).compute_units
+    ix = instructions.pause(plain.pubkey(), plan, plain.pubkey())
+    out["pause CU"] = chain.send_ok([ix], [plain]).compute_units
+    ix = instructions.resume(plain.pubkey(), plan, plain.pubkey())
+    out["resume CU"] = chain.send_ok([ix], [plain]).compute_units
+    ix = instructions.cancel(plain.pubkey(), plan, plain.pubkey(), at_period_end=False)
+    out["cancel CU"] = chain.send_ok([ix], [plain]).compute_units
+
     subscription = pda.subscription_address(plan, metered.pubkey())
     for name, address in (
         ("plan", plan),

@@ -1,5 +1,6 @@
-//! One error enum; each message states the rule that was broken. The first five names are
-//! the specification's; clients map codes (6000 + index) to exceptions of the same name.
+//! One error enum; each message states the rule that was broken. The first names are the
+//! specification's; clients map codes (6000 + index) to exceptions of the same name. Append
+//! new errors at the end: a code, once released, never changes meaning.
 use anchor_lang::prelude::*;
 
 #[error_code]
@@ -34,4 +35,8 @@ pub enum BillingError {
     DelegationMissing,
     #[msg("the token account is not the subscription's funding account")]
     TokenAccountMismatch,
+    #[msg("the subscription is not paused")]
+    NotPaused,
+    #[msg("the subscription has already ended (cancelled or expired)")]
+    SubscriptionEnded,
 }

@@ -86,3 +86,23 @@ pub enum RenewalFailure {
     /// The funding token account is closed, frozen or no longer the subscriber's.
     TokenAccountUnusable,
 }
+
+#[event]
+pub struct SubscriptionStatusChanged {
+    pub subscription: Pubkey,
+    pub plan: Pubkey,
+    /// Who asked: the subscriber or the plan's authority.
+    pub by: Pubkey,
+    pub status: SubscriptionStatus,
+    pub cancel_at_period_end: bool,
+    pub current_period_end: i64,
+}
+
+#[event]
+pub struct AllowanceCapChanged {
+    pub subscription: Pubkey,
+    pub allowance: Pubkey,
+    pub old_cap: u64,
+    pub new_cap: u64,
+    pub used: u64,
+}

@@ -55,6 +55,31 @@ pub mod svc_billing {
         Collect::handler(ctx)
     }
 
+    /// Pauses an ACTIVE subscription (subscriber or provider): no access, no renewals.
+    #[access_control(ctx.accounts.validate())]
+    pub fn pause(ctx: Context<ChangeSubscription>) -> Result<()> {
+        ChangeSubscription::pause(ctx)
+    }
+
+    /// Resumes a paused subscription, crediting the paid time left, or withdraws a pending
+    /// cancel-at-period-end (subscriber or provider).
+    #[access_control(ctx.accounts.validate())]
+    pub fn resume(ctx: Context<ChangeSubscription>) -> Result<()> {
+        ChangeSubscription::resume(ctx)
+    }
+
+    /// Cancels now, or at the end of the paid period (subscriber or provider).
+    #[access_control(ctx.accounts.validate())]
+    pub fn cancel(ctx: Context<ChangeSubscription>, at_period_end: bool) -> Result<()> {
+        ChangeSubscription::cancel(ctx, at_period_end)
+    }
+
+    /// Sets the metered cap per cycle (subscriber).
+    #[access_control(ctx.accounts.validate(cap))]
+    pub fn set_allowance_cap(ctx: Context<SetAllowanceCap>, cap: u64) -> Result<()> {
+        SetAllowanceCap::handler(ctx, cap)
+    }
+
     /// Charges `amount` of metered usage against the allowance of an ACTIVE subscription.
     #[access_control(ctx.accounts.validate(amount))]
     pub fn deduct_allowance(ctx: Context<DeductAllowance>, amount: u64) -> Result<()> {

@@ -116,3 +116,39 @@ def collect(
             "delegate": pda.delegate_address(subscriber),
         },
     )
+
+
+def _change(authority: Pubkey, plan: Pubkey, subscriber: Pubkey) -> dict[str, Pubkey]:
+    return {
+        "authority": authority,
+        "plan": plan,
+        "subscription": pda.subscription_address(plan, subscriber),
+    }
+
+
+def pause(authority: Pubkey, plan: Pubkey, subscriber: Pubkey) -> Instruction:
+    """Pauses `subscriber`'s subscription; `authority` is the subscriber or the provider."""
+    return gen.pause(_change(authority, plan, subscriber))  # type: ignore[arg-type]
+
+
+def resume(authority: Pubkey, plan: Pubkey, subscriber: Pubkey) -> Instruction:
+    """Resumes a paused subscription, or withdraws a pending cancel-at-period-end."""
+    return gen.resume(_change(authority, plan, subscriber))  # type: ignore[arg-type]
+
+
+def cancel(authority: Pubkey, plan: Pubkey, subscriber: Pubkey, at_period_end: bool) -> Instruction:
+    """Cancels now, or when the paid period ends."""
+    return gen.cancel({"at_period_end": at_period_end}, _change(authority, plan, subscriber))  # type: ignore[arg-type]
+
+
+def set_allowance_cap(subscriber: Pubkey, plan: Pubkey, cap: int) -> Instruction:
+    """Sets the metered cap per cycle of `subscriber`'s subscription to `plan`."""
+    subscription = pda.subscription_address(plan, subscriber)
+    return gen.set_allowance_cap(
+        {"cap": cap},
+        {
+            "subscriber": subscriber,
+            "subscription": subscription,
+            "allowance": pda.allowance_address(subscription),
+        },
+    )

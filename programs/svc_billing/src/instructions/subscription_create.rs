@@ -135,6 +135,7 @@ impl Subscribe<'_> {
             current_period_start: now,
             current_period_end: period_end,
             past_due_since: 0,
+            paused_at: 0,
             cycles_billed: 1,
             total_paid: terms.amount,
             has_allowance: args.max_overage.is_some(),

@@ -25,6 +25,8 @@ pub struct Subscription {
     pub current_period_end: i64,
     /// When a renewal first failed; 0 unless past due. Unix seconds.
     pub past_due_since: i64,
+    /// When the subscription was paused; 0 unless paused. Unix seconds.
+    pub paused_at: i64,
     /// Periods paid for, the first included.
     pub cycles_billed: u64,
     /// Base units paid, periods and metered usage.
@@ -92,6 +94,14 @@ impl Subscription {
             .ok_or_else(|| error!(BillingError::MathOverflow))
     }
 
+    /// End of the current period after a resume at `now`: the paid time left when it was
+    /// paused is credited from `now` (a pause never eats paid time). Already due: `now`.
+    pub fn resumed_period_end(period_end: i64, paused_at: i64, now: i64) -> Result<i64> {
+        let remaining = period_end.saturating_sub(paused_at).max(0);
+        now.checked_add(remaining)
+            .ok_or_else(|| error!(BillingError::MathOverflow))
+    }
+
     /// Whether the subscription still counts as live (not cancelled or expired).
     pub fn is_live(&self) -> bool {
         !matches!(
@@ -135,6 +145,18 @@ mod tests {
             Subscription::renewal_start(end, 30 * DAY, end + DAY, true),
             end + DAY
         );
+    }
+
+    #[test]
+    fn resume_credits_the_paid_time_left_at_pause() {
+        let end = 1_000 * DAY;
+        // Paused with 10 days left, resumed 40 days later: 10 days from the resume.
+        let resumed = Subscription::resumed_period_end(end, end - 10 * DAY, end + 30 * DAY);
+        assert_eq!(resumed.unwrap(), end + 40 * DAY);
+        // Paused when already due: due at once on resume.
+        let resumed = Subscription::resumed_period_end(end, end + DAY, end + 5 * DAY);
+        assert_eq!(resumed.unwrap(), end + 5 * DAY);
+        assert!(Subscription::resumed_period_end(i64::MAX, 0, i64::MAX).is_err());
     }
 
     #[test]

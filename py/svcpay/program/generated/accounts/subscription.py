@@ -24,6 +24,7 @@ class SubscriptionJSON(typing.TypedDict):
     current_period_start: int
     current_period_end: int
     past_due_since: int
+    paused_at: int
     cycles_billed: int
     total_paid: int
     has_allowance: bool
@@ -45,6 +46,7 @@ class Subscription:
         "current_period_start" / borsh.I64,
         "current_period_end" / borsh.I64,
         "past_due_since" / borsh.I64,
+        "paused_at" / borsh.I64,
         "cycles_billed" / borsh.U64,
         "total_paid" / borsh.U64,
         "has_allowance" / borsh.Bool,
@@ -61,6 +63,7 @@ class Subscription:
     current_period_start: int
     current_period_end: int
     past_due_since: int
+    paused_at: int
     cycles_billed: int
     total_paid: int
     has_allowance: bool
@@ -121,6 +124,7 @@ class Subscription:
             current_period_start=dec.current_period_start,
             current_period_end=dec.current_period_end,
             past_due_since=dec.past_due_since,
+            paused_at=dec.paused_at,
             cycles_billed=dec.cycles_billed,
             total_paid=dec.total_paid,
             has_allowance=dec.has_allowance,
@@ -140,6 +144,7 @@ class Subscription:
             "current_period_start": self.current_period_start,
             "current_period_end": self.current_period_end,
             "past_due_since": self.past_due_since,
+            "paused_at": self.paused_at,
             "cycles_billed": self.cycles_billed,
             "total_paid": self.total_paid,
             "has_allowance": self.has_allowance,
@@ -160,6 +165,7 @@ class Subscription:
             current_period_start=obj["current_period_start"],
             current_period_end=obj["current_period_end"],
             past_due_since=obj["past_due_since"],
+            paused_at=obj["paused_at"],
             cycles_billed=obj["cycles_billed"],
             total_paid=obj["total_paid"],
             has_allowance=obj["has_allowance"],

@@ -153,6 +153,26 @@ class TokenAccountMismatch(ProgramError):
     msg = "the token account is not the subscription's funding account"
 
 
+class NotPaused(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(6015, "the subscription is not paused")
+
+    code = 6015
+    name = "NotPaused"
+    msg = "the subscription is not paused"
+
+
+class SubscriptionEnded(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(
+            6016, "the subscription has already ended (cancelled or expired)"
+        )
+
+    code = 6016
+    name = "SubscriptionEnded"
+    msg = "the subscription has already ended (cancelled or expired)"
+
+
 CustomError = typing.Union[
     InsufficientFunds,
     SubscriptionNotActive,
@@ -169,6 +189,8 @@ CustomError = typing.Union[
     DestinationMismatch,
     DelegationMissing,
     TokenAccountMismatch,
+    NotPaused,
+    SubscriptionEnded,
 ]
 CUSTOM_ERROR_MAP: dict[int, CustomError] = {
     6000: InsufficientFunds(),
@@ -186,6 +208,8 @@ CUSTOM_ERROR_MAP: dict[int, CustomError] = {
     6012: DestinationMismatch(),
     6013: DelegationMissing(),
     6014: TokenAccountMismatch(),
+    6015: NotPaused(),
+    6016: SubscriptionEnded(),
 }
 
 

@@ -1,0 +1,131 @@
+"""pause, resume, cancel: by the subscriber or the provider, never by anyone else."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from solders.instruction import Instruction
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from svcpay.program import instructions
+from svcpay.program.generated.types.subscription_status import Active, Cancelled, Paused
+from tests.support.asserts import assert_program_error
+from tests.support.billing import DAY, USDC, Billing, Plan, Subscriber, collect_ix, deduct_ix
+from tests.support.chain import Chain, TxResult
+
+PERIOD = 30 * DAY
+
+
+def subscribed(
+    billing: Billing, balance: int = 50 * USDC, cap: int | None = None
+) -> tuple[Plan, Subscriber]:
+    plan = billing.plan(amount=10 * USDC, period_secs=PERIOD)
+    sub = billing.subscriber(plan, balance=balance)
+    assert billing.subscribe(plan, sub, max_overage=cap).ok
+    return plan, sub
+
+
+def act(
+    chain: Chain,
+    ix_for: Callable[[Pubkey, Pubkey, Pubkey], Instruction],
+    plan: Plan,
+    sub: Subscriber,
+    signer: Keypair,
+) -> TxResult:
+    return chain.send([ix_for(signer.pubkey(), plan.address, sub.pubkey)], [signer])
+
+
+def test_the_subscriber_pauses_and_access_stops(chain: Chain, billing: Billing) -> None:
+    plan, sub = subscribed(billing, cap=USDC)
+    result = act(chain, instructions.pause, plan, sub, sub.keypair)
+    assert result.ok, result.logs
+    state = billing.subscription(plan, sub)
+    assert isinstance(state.status, Paused) and state.paused_at > 0
+    assert type(result.event("SubscriptionStatusChanged").data["status"]).__name__ == "Paused"
+    signer = plan.billing_authority
+    assert_program_error(
+        chain.send([deduct_ix(plan, sub, 1, signer.pubkey())], [signer]), "SubscriptionNotActive"
+    )
+    assert_program_error(
+        chain.send([collect_ix(plan, sub, True)], [signer]), "SubscriptionNotActive"
+    )
+
+
+def test_resume_credits_the_paid_time_left(chain: Chain, billing: Billing) -> None:
+    if not chain.can_time_travel:
+        pytest.skip("needs a clock that moves by days (drop-in validator)")
+    plan, sub = subscribed(billing)
+    end = billing.subscription(plan, sub).current_period_end
+    chain.advance_to(end - 10 * DAY)
+    assert act(chain, instructions.pause, plan, sub, sub.keypair).ok
+    paused_at = billing.subscription(plan, sub).paused_at
+    chain.advance_to(end + 20 * DAY)
+
+    assert act(chain, instructions.resume, plan, sub, plan.authority).ok  # the provider may
+
+    state = billing.subscription(plan, sub)
+    assert isinstance(state.status, Active) and state.paused_at == 0
+    resumed_at = state.current_period_end - (end - paused_at)
+    assert end + 20 * DAY <= resumed_at <= chain.unix_timestamp()
+    assert_program_error(billing.collect(plan, sub), "NotDue")
+
+
+def test_a_stranger_cannot_change_a_subscription(chain: Chain, billing: Billing) -> None:
+    plan, sub = subscribed(billing)
+    stranger = chain.funded_keypair()
+    for ix in (instructions.pause, instructions.resume):
+        assert_program_error(act(chain, ix, plan, sub, stranger), "Unauthorized")
+    cancel = instructions.cancel(stranger.pubkey(), plan.address, sub.pubkey, False)
+    assert_program_error(chain.send([cancel], [stranger]), "Unauthorized")
+    assert isinstance(billing.subscription(plan, sub).status, Active)
+
+
+def test_only_an_active_subscription_pauses_and_only_a_paused_one_resumes(
+    chain: Chain, billing: Billing
+) -> None:
+    plan, sub = subscribed(billing)
+    assert_program_error(act(chain, instructions.resume, plan, sub, sub.keypair), "NotPaused")
+    assert act(chain, instructions.pause, plan, sub, sub.keypair).ok
+    assert_program_error(
+        act(chain, instructions.pause, plan, sub, sub.keypair), "SubscriptionNotActive"
+    )
+
+
+def test_cancel_now_ends_the_subscription(chain: Chain, billing: Billing) -> None:
+    plan, sub = subscribed(billing)
+    ix = instructions.cancel(plan.authority.pubkey(), plan.address, sub.pubkey, False)
+    assert chain.send([ix], [plan.authority]).ok
+    assert isinstance(billing.subscription(plan, sub).status, Cancelled)
+    assert billing.plan_state(plan).live_subscriptions == 0
+    assert_program_error(
+        act(chain, instructions.resume, plan, sub, sub.keypair), "SubscriptionEnded"
+    )
+    assert_program_error(billing.collect(plan, sub), "SubscriptionNotActive")
+
+
+def test_cancel_at_period_end_serves_the_period_then_ends(chain: Chain, billing: Billing) -> None:
+    if not chain.can_time_travel:
+        pytest.skip("needs a clock that moves by days (drop-in validator)")
+    plan, sub = subscribed(billing, cap=USDC)
+    ix = instructions.cancel(sub.pubkey, plan.address, sub.pubkey, True)
+    assert chain.send([ix], [sub.keypair]).ok
+    signer = plan.billing_authority
+    assert chain.send([deduct_ix(plan, sub, 1, signer.pubkey())], [signer]).ok  # still served
+
+    chain.advance_to(billing.subscription(plan, sub).current_period_end)
+    ended = billing.collect(plan, sub, has_allowance=True)
+
+    assert type(ended.event("SubscriptionEnded").data["status"]).__name__ == "Cancelled"
+    assert chain.token_state(sub.token_account)["amount"] == 40 * USDC - 1  # no renewal charged
+
+
+def test_resume_withdraws_a_pending_cancel(chain: Chain, billing: Billing) -> None:
+    plan, sub = subscribed(billing)
+    assert chain.send(
+        [instructions.cancel(sub.pubkey, plan.address, sub.pubkey, True)], [sub.keypair]
+    ).ok
+    assert billing.subscription(plan, sub).cancel_at_period_end
+    assert act(chain, instructions.resume, plan, sub, sub.keypair).ok
+    assert not billing.subscription(plan, sub).cancel_at_period_end

@@ -66,6 +66,18 @@ def measure(chain: Chain) -> dict[str, int]:
         assert acct is not None
         out[f"{name} account bytes"] = len(acct.data)
         out[f"{name} rent lamports"] = acct.lamports
+
+    provider_key = provider.pubkey()
+    ix = instructions.update_plan(provider_key, plan, grace_secs=5 * DAY)
+    out["update_plan CU"] = chain.send_ok([ix], [provider]).compute_units
+    ix = instructions.deprecate_plan(provider_key, plan)
+    out["deprecate_plan CU"] = chain.send_ok([ix], [provider]).compute_units
+    ix = instructions.close_subscription(plain.pubkey(), plan, has_allowance=False)
+    out["close_subscription CU"] = chain.send_ok([ix], [plain]).compute_units
+    ix = instructions.cancel(metered.pubkey(), plan, metered.pubkey(), at_period_end=False)
+    chain.send_ok([ix], [metered])
+    ix = instructions.close_plan(provider_key, plan)
+    out["close_plan CU"] = chain.send_ok([ix], [provider]).compute_units
     out["program .so bytes"] = PROGRAM_SO.stat().st_size
     return out
 

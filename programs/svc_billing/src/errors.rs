@@ -39,4 +39,8 @@ pub enum BillingError {
     NotPaused,
     #[msg("the subscription has already ended (cancelled or expired)")]
     SubscriptionEnded,
+    #[msg("the plan still has live subscriptions; they must end before it closes")]
+    PlanHasSubscribers,
+    #[msg("only a cancelled or expired subscription can be closed")]
+    SubscriptionStillLive,
 }

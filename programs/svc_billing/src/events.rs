@@ -2,7 +2,7 @@
 //! in base units and the resulting state. Webhooks and analytics are built from them.
 use anchor_lang::prelude::*;
 
-use crate::state::SubscriptionStatus;
+use crate::state::{PlanStatus, SubscriptionStatus};
 
 #[event]
 pub struct PlanCreated {
@@ -105,4 +105,30 @@ pub struct AllowanceCapChanged {
     pub old_cap: u64,
     pub new_cap: u64,
     pub used: u64,
+}
+
+#[event]
+pub struct PlanChanged {
+    pub plan: Pubkey,
+    pub status: PlanStatus,
+    pub billing_authority: Pubkey,
+    pub grace_secs: i64,
+    pub live_subscriptions: u64,
+}
+
+#[event]
+pub struct PlanClosed {
+    pub plan: Pubkey,
+    pub authority: Pubkey,
+    pub total_collected: u64,
+}
+
+#[event]
+pub struct SubscriptionClosed {
+    pub subscription: Pubkey,
+    pub plan: Pubkey,
+    pub subscriber: Pubkey,
+    /// Cancelled or Expired.
+    pub status: SubscriptionStatus,
+    pub total_paid: u64,
 }

@@ -40,6 +40,22 @@ pub mod svc_billing {
         CreatePlan::handler(ctx, args)
     }
 
+    /// Changes the billing authority or the grace period (provider). Never the terms.
+    #[access_control(ctx.accounts.validate_update(&args))]
+    pub fn update_plan(ctx: Context<ManagePlan>, args: UpdatePlanArgs) -> Result<()> {
+        ManagePlan::update(ctx, args)
+    }
+
+    /// Stops new subscriptions (provider); existing ones continue.
+    pub fn deprecate_plan(ctx: Context<ManagePlan>) -> Result<()> {
+        ManagePlan::deprecate(ctx)
+    }
+
+    /// Closes a plan without live subscriptions; rent back to the provider.
+    pub fn close_plan(ctx: Context<ClosePlan>) -> Result<()> {
+        ClosePlan::handler(ctx)
+    }
+
     /// Creates a subscription (and, with `max_overage`, its allowance), delegates the
     /// subscriber's token account to the program and charges the first period.
     #[access_control(ctx.accounts.validate(&args))]
@@ -53,6 +69,12 @@ pub mod svc_billing {
     #[access_control(ctx.accounts.validate())]
     pub fn collect(ctx: Context<Collect>) -> Result<()> {
         Collect::handler(ctx)
+    }
+
+    /// Closes an ended subscription and its allowance; rent back to the subscriber.
+    #[access_control(ctx.accounts.validate())]
+    pub fn close_subscription(ctx: Context<CloseSubscription>) -> Result<()> {
+        CloseSubscription::handler(ctx)
     }
 
     /// Pauses an ACTIVE subscription (subscriber or provider): no access, no renewals.

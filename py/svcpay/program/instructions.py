@@ -12,6 +12,7 @@ from svcpay.program import pda
 from svcpay.program.generated import instructions as gen
 from svcpay.program.generated.types.create_plan_args import CreatePlanArgs
 from svcpay.program.generated.types.subscribe_args import SubscribeArgs
+from svcpay.program.generated.types.update_plan_args import UpdatePlanArgs
 
 
 def create_plan(
@@ -151,4 +152,37 @@ def set_allowance_cap(subscriber: Pubkey, plan: Pubkey, cap: int) -> Instruction
             "subscription": subscription,
             "allowance": pda.allowance_address(subscription),
         },
+    )
+
+
+def update_plan(
+    authority: Pubkey,
+    plan: Pubkey,
+    billing_authority: Pubkey | None = None,
+    grace_secs: int | None = None,
+) -> Instruction:
+    """Changes the billing authority and/or grace period of `plan` (never its terms)."""
+    args = UpdatePlanArgs(billing_authority=billing_authority, grace_secs=grace_secs)
+    return gen.update_plan({"args": args}, {"authority": authority, "plan": plan})
+
+
+def deprecate_plan(authority: Pubkey, plan: Pubkey) -> Instruction:
+    """Stops new subscriptions to `plan`; existing ones continue."""
+    return gen.deprecate_plan({"authority": authority, "plan": plan})
+
+
+def close_plan(authority: Pubkey, plan: Pubkey) -> Instruction:
+    """Closes `plan` (no live subscriptions left); rent goes back to `authority`."""
+    return gen.close_plan({"authority": authority, "plan": plan})
+
+
+def close_subscription(subscriber: Pubkey, plan: Pubkey, has_allowance: bool) -> Instruction:
+    """Closes `subscriber`'s ended subscription to `plan` (and its allowance) for the rent."""
+    subscription = pda.subscription_address(plan, subscriber)
+    return gen.close_subscription(
+        {
+            "subscriber": subscriber,
+            "subscription": subscription,
+            "allowance": pda.allowance_address(subscription) if has_allowance else None,
+        }
     )

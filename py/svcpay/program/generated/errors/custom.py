@@ -173,6 +173,27 @@ class SubscriptionEnded(ProgramError):
     msg = "the subscription has already ended (cancelled or expired)"
 
 
+class PlanHasSubscribers(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(
+            6017,
+            "the plan still has live subscriptions; they must end before it closes",
+        )
+
+    code = 6017
+    name = "PlanHasSubscribers"
+    msg = "the plan still has live subscriptions; they must end before it closes"
+
+
+class SubscriptionStillLive(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(6018, "only a cancelled or expired subscription can be closed")
+
+    code = 6018
+    name = "SubscriptionStillLive"
+    msg = "only a cancelled or expired subscription can be closed"
+
+
 CustomError = typing.Union[
     InsufficientFunds,
     SubscriptionNotActive,
@@ -191,6 +212,8 @@ CustomError = typing.Union[
     TokenAccountMismatch,
     NotPaused,
     SubscriptionEnded,
+    PlanHasSubscribers,
+    SubscriptionStillLive,
 ]
 CUSTOM_ERROR_MAP: dict[int, CustomError] = {
     6000: InsufficientFunds(),
@@ -210,6 +233,8 @@ CUSTOM_ERROR_MAP: dict[int, CustomError] = {
     6014: TokenAccountMismatch(),
     6015: NotPaused(),
     6016: SubscriptionEnded(),
+    6017: PlanHasSubscribers(),
+    6018: SubscriptionStillLive(),
 }
 
 

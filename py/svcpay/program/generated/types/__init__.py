@@ -12,3 +12,5 @@ from . import subscription_status
 from .subscription_status import SubscriptionStatusKind, SubscriptionStatusJSON
 from . import terms
 from .terms import Terms, TermsJSON
+from . import update_plan_args
+from .update_plan_args import UpdatePlanArgs, UpdatePlanArgsJSON

@@ -1,0 +1,48 @@
+use anchor_lang::prelude::*;
+
+use crate::errors::BillingError;
+use crate::events::SubscriptionClosed;
+use crate::state::{Allowance, Subscription};
+
+/// Closes an ended (cancelled or expired) subscription and its allowance; the rent goes
+/// back to the subscriber, who may then subscribe to the plan again from scratch. Anchor's
+/// `close` wipes the discriminator, so a closed account cannot be passed off as live.
+#[derive(Accounts)]
+pub struct CloseSubscription<'info> {
+    #[account(mut)]
+    pub subscriber: Signer<'info>,
+
+    #[account(
+        mut,
+        has_one = subscriber,
+        constraint = !subscription.is_live() @ BillingError::SubscriptionStillLive,
+        close = subscriber,
+    )]
+    pub subscription: Account<'info, Subscription>,
+
+    /// Present exactly when the subscription has one.
+    #[account(mut, has_one = subscription, close = subscriber)]
+    pub allowance: Option<Account<'info, Allowance>>,
+}
+
+impl CloseSubscription<'_> {
+    pub fn validate(&self) -> Result<()> {
+        require!(
+            self.allowance.is_some() == self.subscription.has_allowance,
+            BillingError::NoAllowance
+        );
+        Ok(())
+    }
+
+    pub fn handler(ctx: Context<Self>) -> Result<()> {
+        let sub = &ctx.accounts.subscription;
+        emit!(SubscriptionClosed {
+            subscription: sub.key(),
+            plan: sub.plan,
+            subscriber: sub.subscriber,
+            status: sub.status,
+            total_paid: sub.total_paid,
+        });
+        Ok(())
+    }
+}

@@ -138,3 +138,32 @@ def test_data_slices_are_applied_and_checked(validator: Localnet) -> None:
         info({"encoding": "base64", "dataSlice": {"offset": -1, "length": 4}})["error"]["code"]
         == -32602
     )
+
+
+def test_a_recent_blockhash_stays_valid_and_an_unknown_one_is_refused(chain: Chain) -> None:
+    from solders.hash import Hash
+    from solders.message import MessageV0
+    from solders.transaction import VersionedTransaction
+
+    payer = chain.payer
+    blockhash = Hash.from_string(chain.rpc("getLatestBlockhash")["value"]["blockhash"])
+
+    def send_with(bh: Hash, lamports: int) -> str:
+        ix = transfer(
+            TransferParams(
+                from_pubkey=payer.pubkey(), to_pubkey=Pubkey.new_unique(), lamports=lamports
+            )
+        )
+        tx = VersionedTransaction(MessageV0.try_compile(payer.pubkey(), [ix], [], bh), [payer])
+        return str(
+            chain.rpc(
+                "sendTransaction", base64.b64encode(bytes(tx)).decode(), {"encoding": "base64"}
+            )
+        )
+
+    send_with(blockhash, 10**7)
+    send_with(blockhash, 2 * 10**7)  # same blockhash, later block: still fine
+    assert chain.rpc("isBlockhashValid", str(blockhash))["value"] is True
+    with pytest.raises(RpcError) as unknown:
+        send_with(Hash.new_unique(), 10**7)
+    assert unknown.value.code == -32002 and unknown.value.data["err"] == "BlockhashNotFound"

@@ -15,7 +15,7 @@ import base58
 from solders.pubkey import Pubkey
 from solders.transaction import VersionedTransaction
 
-from svcpay.localnet.node import Node, TimeTravelError, TxRecord
+from svcpay.localnet.node import BlockhashNotFound, Node, TimeTravelError, TxRecord
 
 INVALID_PARAMS = -32602
 METHOD_NOT_FOUND = -32601
@@ -97,7 +97,7 @@ class Methods:
         return self._context(value)
 
     def rpc_isBlockhashValid(self, params: list[Any]) -> dict[str, Any]:
-        return self._context(str(_param(params, 0, "blockhash")) == str(self.node.blockhash()))
+        return self._context(self.node.blockhash_is_recent(str(_param(params, 0, "blockhash"))))
 
     def rpc_getMinimumBalanceForRentExemption(self, params: list[Any]) -> int:
         size = _param(params, 0, "dataLength")
@@ -251,7 +251,21 @@ class Methods:
                         "returnData": None,
                     },
                 )
-        return self.node.process(tx).signature
+        try:
+            return self.node.process(tx).signature
+        except BlockhashNotFound as e:
+            # A cluster would drop it silently; saying so is kinder and as correct.
+            raise RpcError(
+                SIMULATION_FAILED,
+                "Transaction simulation failed: Blockhash not found",
+                {
+                    "err": "BlockhashNotFound",
+                    "logs": [],
+                    "unitsConsumed": 0,
+                    "accounts": None,
+                    "returnData": None,
+                },
+            ) from e
 
     def rpc_getSignatureStatuses(self, params: list[Any]) -> dict[str, Any]:
         statuses = []

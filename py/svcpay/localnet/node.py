@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from solders.transaction import VersionedTransaction
 
 SLOT_MS = 400  # mainnet's target slot time
 SLOTS_PER_EPOCH = 432_000
+RECENT_BLOCKHASHES = 150  # how long a blockhash stays usable, as on a real cluster
 
 
 @dataclass
@@ -43,6 +45,10 @@ class TxRecord:
     inner_instructions: list[Any] = field(default_factory=list)
 
 
+class BlockhashNotFound(ValueError):
+    """A transaction's blockhash is not among the last RECENT_BLOCKHASHES."""
+
+
 class TimeTravelError(ValueError):
     """A time-travel target in the past."""
 
@@ -52,7 +58,9 @@ class Node:
 
     def __init__(self, programs: list[tuple[Pubkey, Path]]) -> None:
         self.lock = threading.RLock()
-        self.svm = LiteSVM().with_mainnet_features()
+        # LiteSVM accepts only its latest blockhash; a cluster accepts the last 150.
+        self.svm = LiteSVM().with_mainnet_features().with_blockhash_check(False)
+        self.recent: deque[str] = deque(maxlen=RECENT_BLOCKHASHES)
         for program_id, path in programs:
             self.svm.add_program(program_id, path.read_bytes())
         self.genesis_ms = int(time.time() * 1000)
@@ -61,6 +69,7 @@ class Node:
         self.history: dict[str, TxRecord] = {}
         self.by_address: dict[str, list[str]] = {}  # address -> signatures, oldest first
         self.transaction_count = 0
+        self.recent.append(str(self.svm.latest_blockhash()))
         self.tick()
 
     # -- time -------------------------------------------------------------------------
@@ -114,9 +123,18 @@ class Node:
         blockhash: Hash = self.svm.latest_blockhash()
         return blockhash
 
+    def blockhash_is_recent(self, blockhash: str) -> bool:
+        return blockhash in self.recent
+
+    def _new_block(self) -> None:
+        self.svm.expire_blockhash()
+        self.recent.append(str(self.svm.latest_blockhash()))
+
     def simulate(self, tx: VersionedTransaction) -> tuple[Any, list[str], int]:
         """(err JSON or None, logs, compute units) of running `tx` without committing it."""
         self.tick()
+        if not self.blockhash_is_recent(str(tx.message.recent_blockhash)):
+            return "BlockhashNotFound", [], 0
         result = self.svm.simulate_transaction(tx)
         if hasattr(result, "err"):
             data = json.loads(result.to_json())
@@ -128,6 +146,8 @@ class Node:
     def process(self, tx: VersionedTransaction) -> TxRecord:
         """Executes and commits `tx` (a failed one still pays its fee), records it."""
         self.tick()
+        if not self.blockhash_is_recent(str(tx.message.recent_blockhash)):
+            raise BlockhashNotFound(str(tx.message.recent_blockhash))
         keys = [str(k) for k in tx.message.account_keys]
         pre = [self.svm.get_balance(Pubkey.from_string(k)) or 0 for k in keys]
         result = self.svm.send_transaction(tx)
@@ -151,7 +171,7 @@ class Node:
             self.transaction_count += 1
             for key in keys:
                 self.by_address.setdefault(key, []).append(record.signature)
-        self.svm.expire_blockhash()  # a new "block"
+        self._new_block()
         return record
 
     def airdrop(self, address: Pubkey, lamports: int) -> str:

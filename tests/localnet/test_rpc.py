@@ -167,3 +167,22 @@ def test_a_recent_blockhash_stays_valid_and_an_unknown_one_is_refused(chain: Cha
     with pytest.raises(RpcError) as unknown:
         send_with(Hash.new_unique(), 10**7)
     assert unknown.value.code == -32002 and unknown.value.data["err"] == "BlockhashNotFound"
+
+
+def test_the_same_transaction_twice_is_a_duplicate(chain: Chain) -> None:
+    from solders.hash import Hash
+    from solders.message import MessageV0
+    from solders.transaction import VersionedTransaction
+
+    payer = chain.payer
+    bh = Hash.from_string(chain.rpc("getLatestBlockhash")["value"]["blockhash"])
+    ix = transfer(
+        TransferParams(from_pubkey=payer.pubkey(), to_pubkey=Pubkey.new_unique(), lamports=10**7)
+    )
+    wire = base64.b64encode(
+        bytes(VersionedTransaction(MessageV0.try_compile(payer.pubkey(), [ix], [], bh), [payer]))
+    ).decode()
+    chain.rpc("sendTransaction", wire, {"encoding": "base64"})
+    with pytest.raises(RpcError) as again:
+        chain.rpc("sendTransaction", wire, {"encoding": "base64"})
+    assert again.value.data["err"] == "AlreadyProcessed"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +94,7 @@ class Chain:
         self.http = httpx.Client(timeout=30)
         self.url = url
         self.can_time_travel = can_time_travel
+        self._sent: deque[bytes] = deque(maxlen=512)
         self.payer = self.funded_keypair()
 
     def rpc(self, method: str, *params: Any) -> Any:
@@ -146,12 +148,21 @@ class Chain:
             time.sleep(0.25)
 
     # -- transactions -----------------------------------------------------------------
+    def _fresh_message(self, ixs: list[Instruction], payer: Pubkey) -> MessageV0:
+        """A message for `ixs` that this client has not sent before: an identical one under
+        the same blockhash would be the same transaction, which a cluster drops as a
+        duplicate. So a repeat waits for the next blockhash (one slot, about 400 ms)."""
+        while True:
+            value = self.rpc("getLatestBlockhash", {"commitment": "confirmed"})["value"]
+            msg = MessageV0.try_compile(payer, ixs, [], Hash.from_string(value["blockhash"]))
+            if bytes(msg) not in self._sent:
+                self._sent.append(bytes(msg))
+                return msg
+            time.sleep(0.1)
+
     def send(self, ixs: list[Instruction], signers: list[Keypair]) -> TxResult:
         """Sends one transaction (the first signer pays) and waits until it is confirmed."""
-        blockhash = self.rpc("getLatestBlockhash", {"commitment": "confirmed"})["value"][
-            "blockhash"
-        ]
-        msg = MessageV0.try_compile(signers[0].pubkey(), ixs, [], Hash.from_string(blockhash))
+        msg = self._fresh_message(ixs, signers[0].pubkey())
         wire = base64.b64encode(bytes(VersionedTransaction(msg, signers))).decode()
         try:
             signature = self.rpc(

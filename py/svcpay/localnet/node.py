@@ -79,10 +79,12 @@ class Node:
     def tick(self) -> None:
         """Moves the slot and the Clock sysvar to the present (wall time plus travel)."""
         now = self.now_ms()
-        slot = max(self.slot + 1, (now - self.genesis_ms) // SLOT_MS)
+        slot = max(self.slot, (now - self.genesis_ms) // SLOT_MS)
         self._set_clock(slot, now // 1000)
 
     def _set_clock(self, slot: int, unix_timestamp: int) -> None:
+        if slot > self.slot and self.recent:
+            self._new_block()  # one blockhash per slot, as on a cluster
         self.slot = slot
         epoch = slot // SLOTS_PER_EPOCH
         old = self.svm.get_clock()
@@ -171,7 +173,6 @@ class Node:
             self.transaction_count += 1
             for key in keys:
                 self.by_address.setdefault(key, []).append(record.signature)
-        self._new_block()
         return record
 
     def airdrop(self, address: Pubkey, lamports: int) -> str:

@@ -1,0 +1,272 @@
+"""The async API over svc_billing: what providers, subscribers and the facilitator call.
+
+Subscriptions are named by their id (the subscription account's address, sent in
+`X-Svc-Sub`); plans by theirs (the spec's `planId`). Amounts are integers in base units
+(`svcpay.amounts` converts "0.50" exactly). Failures raise the program's error as an
+exception of the same name (`svcpay.program.errors`), or TransactionError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from based58 import b58encode
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solana.rpc.core import RPCException
+from solana.rpc.types import MemcmpOpts, TxOpts
+from solders.instruction import Instruction
+from solders.keypair import Keypair
+from solders.message import MessageV0
+from solders.pubkey import Pubkey
+from solders.transaction import VersionedTransaction
+from spl.token.instructions import get_associated_token_address
+
+from svcpay.program import errors, instructions, pda
+from svcpay.program.events import Event, decode_logs
+from svcpay.program.generated.accounts.allowance import Allowance
+from svcpay.program.generated.accounts.plan import Plan
+from svcpay.program.generated.accounts.subscription import Subscription
+from svcpay.program.generated.program_id import PROGRAM_ID
+
+
+class TransactionError(RuntimeError):
+    """A transaction failed for a reason other than a svc_billing error."""
+
+    def __init__(self, message: str, logs: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.logs = logs or []
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """A confirmed transaction: its signature, compute units and decoded events."""
+
+    signature: str
+    compute_units: int
+    logs: list[str] = field(repr=False)
+    events: list[Event]
+
+    def event(self, name: str) -> Event | None:
+        return next((e for e in self.events if e.name == name), None)
+
+
+def status_name(subscription: Subscription) -> str:
+    """ "Active", "PastDue", "Paused", "Cancelled" or "Expired"."""
+    return type(subscription.status).__name__
+
+
+class BillingClient:
+    def __init__(self, rpc: AsyncClient, program_id: Pubkey = PROGRAM_ID) -> None:
+        self.rpc = rpc
+        self.program_id = program_id
+        self._sent: deque[bytes] = deque(maxlen=512)
+
+    @classmethod
+    def connect(cls, url: str) -> BillingClient:
+        return cls(AsyncClient(url, commitment=Confirmed))
+
+    async def close(self) -> None:
+        await self.rpc.close()
+
+    async def send(self, ixs: list[Instruction], signers: list[Keypair]) -> Receipt:
+        """Sends one transaction (the first signer pays), waits for confirmation."""
+        # The same message under the same blockhash is the same transaction, which a
+        # cluster drops as a duplicate: a deliberate repeat waits for the next blockhash.
+        while True:
+            blockhash = (await self.rpc.get_latest_blockhash(Confirmed)).value.blockhash
+            msg = MessageV0.try_compile(signers[0].pubkey(), ixs, [], blockhash)
+            if bytes(msg) not in self._sent:
+                self._sent.append(bytes(msg))
+                break
+            await asyncio.sleep(0.1)
+        tx = VersionedTransaction(msg, signers)
+        try:
+            sig = (
+                await self.rpc.send_transaction(tx, opts=TxOpts(preflight_commitment=Confirmed))
+            ).value
+        except RPCException as e:
+            detail = e.args[0] if e.args else e
+            data = getattr(detail, "data", None)
+            logs = list(getattr(data, "logs", None) or [])
+            err = getattr(data, "err", None)
+            raise errors.from_logs_or_error(err) or TransactionError(
+                str(getattr(detail, "message", detail)), logs
+            ) from e
+        await self.rpc.confirm_transaction(sig, Confirmed)
+        tx_info = await self.rpc.get_transaction(
+            sig, "json", Confirmed, max_supported_transaction_version=0
+        )
+        meta = tx_info.value.transaction.meta if tx_info.value else None
+        if meta is None:
+            raise TransactionError(f"transaction {sig} confirmed but not found")
+        logs = list(meta.log_messages or [])
+        if meta.err is not None:
+            raise errors.from_logs_or_error(meta.err) or TransactionError(str(meta.err), logs)
+        return Receipt(str(sig), meta.compute_units_consumed or 0, logs, decode_logs(logs))
+
+    # -- reads ----------------------------------------------------------------------
+    async def _data(self, address: Pubkey) -> bytes | None:
+        info = (await self.rpc.get_account_info(address)).value
+        return bytes(info.data) if info is not None and info.owner == self.program_id else None
+
+    async def fetch_plan(self, plan: Pubkey) -> Plan | None:
+        data = await self._data(plan)
+        return Plan.decode(data) if data else None
+
+    async def fetch_subscription(self, subscription: Pubkey | str) -> Subscription | None:
+        data = await self._data(_key(subscription))
+        return Subscription.decode(data) if data else None
+
+    async def fetch_allowance(self, subscription: Pubkey | str) -> Allowance | None:
+        data = await self._data(pda.allowance_address(_key(subscription), self.program_id))
+        return Allowance.decode(data) if data else None
+
+    async def is_active(self, subscription_id: Pubkey | str) -> bool:
+        """Whether `subscription_id` names an ACTIVE subscription (what a gate checks).
+        A malformed id is simply not active."""
+        try:
+            sub = await self.fetch_subscription(subscription_id)
+        except ValueError:
+            return False
+        return sub is not None and status_name(sub) == "Active"
+
+    async def due_subscriptions(
+        self, plan: Pubkey | None = None, now: int | None = None
+    ) -> list[tuple[Pubkey, Subscription]]:
+        """Subscriptions `collect` would act on at `now` (default: the local clock): ACTIVE
+        ones whose period ended, and every PAST DUE one (retry or expire)."""
+        now = int(time.time()) if now is None else now
+        filters: list[int | MemcmpOpts] = [
+            MemcmpOpts(offset=0, bytes=b58encode(Subscription.discriminator).decode())
+        ]
+        if plan is not None:
+            filters.append(MemcmpOpts(offset=8, bytes=str(plan)))
+        accounts = (
+            await self.rpc.get_program_accounts(self.program_id, encoding="base64", filters=filters)
+        ).value
+        due = []
+        for keyed in accounts:
+            sub = Subscription.decode(bytes(keyed.account.data))
+            status = status_name(sub)
+            if status == "PastDue" or (status == "Active" and sub.current_period_end <= now):
+                due.append((keyed.pubkey, sub))
+        return due
+
+    # -- provider ---------------------------------------------------------------------
+    async def create_plan(
+        self, authority: Keypair, *, plan_id: int, mint: Pubkey, destination: Pubkey,
+        billing_authority: Pubkey, amount: int, period_secs: int, grace_secs: int = 0,
+    ) -> Pubkey:  # fmt: skip
+        """Publishes a plan and returns its id (address)."""
+        ix = instructions.create_plan(
+            authority.pubkey(),
+            plan_id,
+            mint,
+            destination,
+            billing_authority,
+            amount,
+            period_secs,
+            grace_secs,
+        )
+        await self.send([ix], [authority])
+        return pda.plan_address(authority.pubkey(), plan_id, self.program_id)
+
+    async def deprecate_plan(self, authority: Keypair, plan: Pubkey) -> Receipt:
+        return await self.send([instructions.deprecate_plan(authority.pubkey(), plan)], [authority])
+
+    # -- subscriber -------------------------------------------------------------------
+    async def subscribe(
+        self, plan_id: Pubkey | str, subscriber: Keypair, max_overage: int | None = None,
+        token_account: Pubkey | None = None,
+    ) -> Pubkey:  # fmt: skip
+        """Subscribes (first period charged now) and returns the subscription id. Pays from
+        `token_account`, by default the subscriber's associated account of the plan's mint."""
+        plan_key = _key(plan_id)
+        plan = await self.fetch_plan(plan_key)
+        if plan is None:
+            raise ValueError(f"no svc_billing plan at {plan_key}")
+        source = token_account or get_associated_token_address(subscriber.pubkey(), plan.mint)
+        ix = instructions.subscribe(
+            plan_key, subscriber.pubkey(), source, plan.mint, plan.destination, max_overage
+        )
+        await self.send([ix], [subscriber])
+        return pda.subscription_address(plan_key, subscriber.pubkey(), self.program_id)
+
+    async def set_allowance(
+        self, subscription: Pubkey | str, cap: int, subscriber: Keypair
+    ) -> Receipt:
+        sub = await self._subscription(subscription)
+        ix = instructions.set_allowance_cap(subscriber.pubkey(), sub.plan, cap)
+        return await self.send([ix], [subscriber])
+
+    async def increase_allowance(
+        self, subscription: Pubkey | str, amount: int, subscriber: Keypair
+    ) -> Receipt:
+        allowance = await self.fetch_allowance(subscription)
+        if allowance is None:
+            raise errors.error_class("NoAllowance")("this subscription has no allowance")
+        return await self.set_allowance(subscription, allowance.cap + amount, subscriber)
+
+    async def pause(self, subscription: Pubkey | str, authority: Keypair) -> Receipt:
+        sub = await self._subscription(subscription)
+        return await self.send(
+            [instructions.pause(authority.pubkey(), sub.plan, sub.subscriber)], [authority]
+        )
+
+    async def resume(self, subscription: Pubkey | str, authority: Keypair) -> Receipt:
+        sub = await self._subscription(subscription)
+        return await self.send(
+            [instructions.resume(authority.pubkey(), sub.plan, sub.subscriber)], [authority]
+        )
+
+    async def cancel(
+        self, subscription: Pubkey | str, authority: Keypair, at_period_end: bool = False
+    ) -> Receipt:
+        sub = await self._subscription(subscription)
+        ix = instructions.cancel(authority.pubkey(), sub.plan, sub.subscriber, at_period_end)
+        return await self.send([ix], [authority])
+
+    # -- facilitator ------------------------------------------------------------------
+    async def collect(self, subscription: Pubkey | str, payer: Keypair) -> Receipt:
+        """Renews if due; the receipt carries SubscriptionRenewed, RenewalFailed or
+        SubscriptionEnded."""
+        sub = await self._subscription(subscription)
+        ix = instructions.collect(
+            sub.plan,
+            sub.subscriber,
+            sub.token_account,
+            sub.terms.mint,
+            sub.terms.destination,
+            sub.has_allowance,
+        )
+        return await self.send([ix], [payer])
+
+    async def deduct_allowance(
+        self, subscription: Pubkey | str, amount: int, authority: Keypair
+    ) -> Receipt:
+        """Charges metered usage; raises AllowanceExhausted past the cap."""
+        sub = await self._subscription(subscription)
+        ix = instructions.deduct_allowance(
+            authority.pubkey(),
+            sub.plan,
+            sub.subscriber,
+            sub.token_account,
+            sub.terms.mint,
+            sub.terms.destination,
+            amount,
+        )
+        return await self.send([ix], [authority])
+
+    async def _subscription(self, subscription: Pubkey | str) -> Subscription:
+        sub = await self.fetch_subscription(subscription)
+        if sub is None:
+            raise ValueError(f"no svc_billing subscription at {subscription}")
+        return sub
+
+
+def _key(value: Pubkey | str) -> Pubkey:
+    return value if isinstance(value, Pubkey) else Pubkey.from_string(value)

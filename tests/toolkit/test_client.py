@@ -1,0 +1,131 @@
+"""BillingClient against the local validator: every call, its errors, and its reads."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from svcpay.localnet.process import Localnet
+from svcpay.program import errors
+from svcpay.program.client import BillingClient, status_name
+from tests.support.billing import DAY, USDC
+from tests.support.chain import Chain
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def client(validator: Localnet) -> AsyncIterator[BillingClient]:
+    c = BillingClient.connect(validator.url)
+    yield c
+    await c.close()
+
+
+async def provider_plan(
+    chain: Chain, client: BillingClient, amount: int = USDC, period: int = 30 * DAY
+) -> tuple[Pubkey, Keypair, Keypair, Pubkey]:
+    provider, facilitator = chain.funded_keypair(), chain.funded_keypair()
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    plan = await client.create_plan(
+        provider,
+        plan_id=1,
+        mint=mint,
+        destination=destination,
+        billing_authority=facilitator.pubkey(),
+        amount=amount,
+        period_secs=period,
+        grace_secs=DAY,
+    )
+    return plan, provider, facilitator, mint
+
+
+async def test_subscribe_returns_the_id_a_gate_checks(chain: Chain, client: BillingClient) -> None:
+    plan, _, _, mint = await provider_plan(chain, client)
+    subscriber = chain.funded_keypair()
+    chain.token_account(subscriber.pubkey(), mint, 5 * USDC)
+
+    sub_id = await client.subscribe(str(plan), subscriber, max_overage=2 * USDC)
+
+    assert (await client.is_active(sub_id)) and (await client.is_active(str(sub_id)))
+    sub = await client.fetch_subscription(sub_id)
+    assert sub is not None and sub.plan == plan and status_name(sub) == "Active"
+    allowance = await client.fetch_allowance(sub_id)
+    assert allowance is not None and allowance.cap == 2 * USDC
+    plan_state = await client.fetch_plan(plan)
+    assert plan_state is not None and plan_state.live_subscriptions == 1
+
+
+async def test_program_errors_raise_exceptions_named_as_in_the_spec(
+    chain: Chain, client: BillingClient
+) -> None:
+    plan, provider, facilitator, mint = await provider_plan(chain, client, amount=10 * USDC)
+    poor = chain.funded_keypair()
+    chain.token_account(poor.pubkey(), mint, USDC)
+    with pytest.raises(errors.InsufficientFunds) as raised:
+        (await client.subscribe(plan, poor))
+    assert raised.value.code == 6000
+
+    rich = chain.funded_keypair()
+    chain.token_account(rich.pubkey(), mint, 50 * USDC)
+    sub_id = await client.subscribe(plan, rich, max_overage=USDC)
+    (await client.deduct_allowance(sub_id, USDC, facilitator))
+    with pytest.raises(errors.AllowanceExhausted):
+        (await client.deduct_allowance(sub_id, 1, facilitator))
+    (await client.increase_allowance(sub_id, USDC, rich))
+    receipt = await client.deduct_allowance(sub_id, USDC, facilitator)
+    assert receipt.event("AllowanceDeducted") is not None and receipt.compute_units > 0
+
+    (await client.deprecate_plan(provider, plan))
+    late = chain.funded_keypair()
+    chain.token_account(late.pubkey(), mint, 50 * USDC)
+    with pytest.raises(errors.PlanDeprecated):
+        (await client.subscribe(plan, late))
+
+
+async def test_pause_resume_cancel_and_is_active(chain: Chain, client: BillingClient) -> None:
+    plan, provider, _, mint = await provider_plan(chain, client)
+    subscriber = chain.funded_keypair()
+    chain.token_account(subscriber.pubkey(), mint, 5 * USDC)
+    sub_id = await client.subscribe(plan, subscriber)
+    (await client.pause(sub_id, subscriber))
+    assert not (await client.is_active(sub_id))
+    with pytest.raises(errors.SubscriptionNotActive):
+        (await client.pause(sub_id, provider))
+    (await client.resume(sub_id, provider))
+    assert await client.is_active(sub_id)
+    (await client.cancel(sub_id, subscriber))
+    assert not (await client.is_active(sub_id))
+
+
+async def test_is_active_is_false_for_unknown_or_malformed_ids(client: BillingClient) -> None:
+    assert not (await client.is_active(Pubkey.new_unique()))
+    assert not (await client.is_active("not-a-subscription-id"))
+
+
+async def test_due_subscriptions_and_collect(chain: Chain, client: BillingClient) -> None:
+    if not chain.can_time_travel:
+        pytest.skip("needs the drop-in validator's time travel")
+    plan, _, facilitator, mint = await provider_plan(chain, client)
+    subs = []
+    for _ in range(3):
+        kp = chain.funded_keypair()
+        chain.token_account(kp.pubkey(), mint, 5 * USDC)
+        subs.append(await client.subscribe(plan, kp))
+    assert (await client.due_subscriptions(plan, now=chain.unix_timestamp())) == []
+
+    later = chain.unix_timestamp() + 30 * DAY
+    chain.advance_to(later)
+    due = await client.due_subscriptions(plan, now=later)
+    assert sorted(str(k) for k, _ in due) == sorted(str(s) for s in subs)
+    for key, _ in due:
+        assert (await client.collect(key, facilitator)).event("SubscriptionRenewed") is not None
+    assert (await client.due_subscriptions(plan, now=later)) == []

@@ -129,3 +129,28 @@ async def test_due_subscriptions_and_collect(chain: Chain, client: BillingClient
     for key, _ in due:
         assert (await client.collect(key, facilitator)).event("SubscriptionRenewed") is not None
     assert (await client.due_subscriptions(plan, now=later)) == []
+
+
+async def test_plan_and_subscription_end_of_life(chain: Chain, client: BillingClient) -> None:
+    plan, provider, _, mint = await provider_plan(chain, client)
+    new_facilitator = chain.funded_keypair().pubkey()
+    await client.update_plan(provider, plan, billing_authority=new_facilitator, grace_secs=2 * DAY)
+    state = await client.fetch_plan(plan)
+    assert state is not None and (state.billing_authority, state.grace_secs) == (
+        new_facilitator,
+        2 * DAY,
+    )
+
+    subscriber = chain.funded_keypair()
+    chain.token_account(subscriber.pubkey(), mint, 5 * USDC)
+    sub_id = await client.subscribe(plan, subscriber, max_overage=USDC)
+    with pytest.raises(errors.error_class("PlanHasSubscribers")):
+        await client.close_plan(provider, plan)
+    await client.cancel(sub_id, provider)
+    await client.close_subscription(sub_id, subscriber)
+    assert (
+        await client.fetch_subscription(sub_id) is None
+        and await client.fetch_allowance(sub_id) is None
+    )
+    receipt = await client.close_plan(provider, plan)
+    assert receipt.event("PlanClosed") is not None and await client.fetch_plan(plan) is None

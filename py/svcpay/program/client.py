@@ -175,6 +175,21 @@ class BillingClient:
         await self.send([ix], [authority])
         return pda.plan_address(authority.pubkey(), plan_id, self.program_id)
 
+    async def update_plan(
+        self,
+        authority: Keypair,
+        plan: Pubkey,
+        billing_authority: Pubkey | None = None,
+        grace_secs: int | None = None,
+    ) -> Receipt:
+        """Changes the billing authority and/or grace (never what subscribers pay)."""
+        ix = instructions.update_plan(authority.pubkey(), plan, billing_authority, grace_secs)
+        return await self.send([ix], [authority])
+
+    async def close_plan(self, authority: Keypair, plan: Pubkey) -> Receipt:
+        """Closes a plan with no live subscriptions; the rent goes back to `authority`."""
+        return await self.send([instructions.close_plan(authority.pubkey(), plan)], [authority])
+
     async def deprecate_plan(self, authority: Keypair, plan: Pubkey) -> Receipt:
         return await self.send([instructions.deprecate_plan(authority.pubkey(), plan)], [authority])
 
@@ -229,6 +244,12 @@ class BillingClient:
         sub = await self._subscription(subscription)
         ix = instructions.cancel(authority.pubkey(), sub.plan, sub.subscriber, at_period_end)
         return await self.send([ix], [authority])
+
+    async def close_subscription(self, subscription: Pubkey | str, subscriber: Keypair) -> Receipt:
+        """Closes an ended subscription (and its allowance) for the rent."""
+        sub = await self._subscription(subscription)
+        ix = instructions.close_subscription(subscriber.pubkey(), sub.plan, sub.has_allowance)
+        return await self.send([ix], [subscriber])
 
     # -- facilitator ------------------------------------------------------------------
     async def collect(self, subscription: Pubkey | str, payer: Keypair) -> Receipt:

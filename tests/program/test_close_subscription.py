@@ -7,8 +7,18 @@ from solders.system_program import TransferParams, transfer
 
 from svcpay.program import instructions, pda
 from tests.support.asserts import assert_program_error
-from tests.support.billing import USDC, Billing
+from tests.support.billing import USDC, Billing, Plan, Subscriber
 from tests.support.chain import Chain
+
+
+def ended_subscription(chain: Chain, billing: Billing) -> tuple[Plan, Subscriber]:
+    """A subscription that paid one period and was cancelled."""
+    plan = billing.plan(amount=USDC)
+    sub = billing.subscriber(plan, balance=10 * USDC)
+    assert billing.subscribe(plan, sub).ok
+    cancel = instructions.cancel(sub.pubkey, plan.address, sub.pubkey, False)
+    assert chain.send([cancel], [sub.keypair]).ok
+    return plan, sub
 
 
 def test_an_ended_subscription_closes_and_the_subscriber_can_start_over(
@@ -37,12 +47,7 @@ def test_an_ended_subscription_closes_and_the_subscriber_can_start_over(
 
 
 def test_a_closed_subscription_cannot_be_revived(chain: Chain, billing: Billing) -> None:
-    plan = billing.plan(amount=USDC)
-    sub = billing.subscriber(plan, balance=10 * USDC)
-    assert billing.subscribe(plan, sub).ok
-    assert chain.send(
-        [instructions.cancel(sub.pubkey, plan.address, sub.pubkey, False)], [sub.keypair]
-    ).ok
+    plan, sub = ended_subscription(chain, billing)
     subscription = pda.subscription_address(plan.address, sub.pubkey)
     rent = chain.account(subscription).lamports  # type: ignore[union-attr]
     close = instructions.close_subscription(sub.pubkey, plan.address, has_allowance=False)
@@ -59,12 +64,7 @@ def test_a_closed_subscription_cannot_be_revived(chain: Chain, billing: Billing)
 
 
 def test_only_the_subscriber_closes(chain: Chain, billing: Billing) -> None:
-    plan = billing.plan(amount=USDC)
-    sub = billing.subscriber(plan, balance=10 * USDC)
-    assert billing.subscribe(plan, sub).ok
-    assert chain.send(
-        [instructions.cancel(sub.pubkey, plan.address, sub.pubkey, False)], [sub.keypair]
-    ).ok
+    plan, sub = ended_subscription(chain, billing)
     provider = plan.authority
     ix = instructions.close_subscription(sub.pubkey, plan.address, has_allowance=False)
     ix.accounts = [

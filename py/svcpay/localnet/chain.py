@@ -232,27 +232,24 @@ class Chain:
         ata = get_associated_token_address(owner, mint)
         ixs = [create_associated_token_account(self.payer.pubkey(), owner, mint)]
         if amount:
-            params = MintToParams(
-                program_id=TOKEN_PROGRAM_ID,
-                mint=mint,
-                dest=ata,
-                mint_authority=self.payer.pubkey(),
-                amount=amount,
-            )
-            ixs.append(mint_to(params))
+            ixs.append(self._mint_to_ix(mint, ata, amount))
         self.send_ok(ixs, [self.payer])
         return ata
 
     def mint_to(self, mint: Pubkey, token_account: Pubkey, amount: int) -> None:
-        """Mints `amount` to `token_account` (the payer is every test mint's authority)."""
+        """Mints `amount` to `token_account`."""
+        self.send_ok([self._mint_to_ix(mint, token_account, amount)], [self.payer])
+
+    def _mint_to_ix(self, mint: Pubkey, dest: Pubkey, amount: int) -> Instruction:
+        # The payer is the authority of every mint this client creates.
         params = MintToParams(
             program_id=TOKEN_PROGRAM_ID,
             mint=mint,
-            dest=token_account,
+            dest=dest,
             mint_authority=self.payer.pubkey(),
             amount=amount,
         )
-        self.send_ok([mint_to(params)], [self.payer])
+        return mint_to(params)
 
     def token_state(self, address: Pubkey) -> dict[str, Any]:
         """Balance and delegation of an SPL token account (its 165-byte layout)."""

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from solders.instruction import AccountMeta, Instruction
 from solders.pubkey import Pubkey
+from spl.token.constants import TOKEN_PROGRAM_ID
+from spl.token.instructions import ApproveParams, TransferCheckedParams, approve, transfer_checked
 
 from svcpay.program import instructions, pda
 from svcpay.program.generated.program_id import PROGRAM_ID
@@ -131,3 +134,34 @@ def test_a_stranger_cannot_raise_someone_elses_cap(chain: Chain, billing: Billin
         chain.send([deduct_ix(plan, sub, 2 * USDC, signer.pubkey())], [signer]),
         "AllowanceExhausted",
     )
+
+
+def test_amounts_at_the_u64_limit_fail_cleanly_on_overflow(chain: Chain, billing: Billing) -> None:
+    if not chain.can_time_travel:
+        pytest.skip("needs the drop-in validator's time travel")
+    u64_max = 2**64 - 1
+    plan = billing.plan(amount=u64_max, period_secs=86_400)
+    sub = billing.subscriber(plan, balance=u64_max)
+    assert billing.subscribe(plan, sub).ok  # total_collected is now u64::MAX
+    # The provider sends it all back; the next renewal would push the counters past u64.
+    back = transfer_checked(
+        TransferCheckedParams(
+            TOKEN_PROGRAM_ID,
+            plan.destination,
+            plan.mint,
+            sub.token_account,
+            plan.authority.pubkey(),
+            u64_max,
+            6,
+        )
+    )
+    chain.send_ok([back], [plan.authority])
+    # The first charge used up the delegation; the subscriber re-approves the program.
+    approval = ApproveParams(
+        TOKEN_PROGRAM_ID, sub.token_account, pda.delegate_address(sub.pubkey), sub.pubkey, u64_max
+    )
+    chain.send_ok([approve(approval)], [sub.keypair])
+    chain.advance_to(billing.subscription(plan, sub).current_period_end)
+
+    assert_program_error(billing.collect(plan, sub), "MathOverflow")
+    assert chain.token_state(sub.token_account)["amount"] == u64_max  # nothing moved

@@ -1,0 +1,100 @@
+"""The payment proof: what the facilitator signs after settlement, verifiable offline.
+
+A proof is a JSON object; `signature` is the facilitator's ed25519 signature over
+`b"svcpay-proof-v1:" + canonical JSON` of every other field (sorted keys, no spaces,
+ASCII). Gates trust a set of facilitator public keys and need no call per request
+(docs/adr/0006). Sent as `X-PAYMENT: base64(JSON)`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from pydantic import Field, field_validator
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+from solders.signature import Signature
+
+from svcpay.protocol.headers import MAX_HEADER_BYTES, PROTOCOL_VERSION, SUPPORTED_VERSIONS
+from svcpay.protocol.models import Model, ProtocolError, check_address, check_amount, parse_model
+
+DOMAIN = b"svcpay-proof-v1:"
+
+
+class PaymentProof(Model):
+    version: str = PROTOCOL_VERSION
+    network: str
+    transaction: str  # the settled transaction's signature (base58)
+    payer: str
+    pay_to: str
+    token: str
+    amount: str  # base units, decimal string
+    memo: str
+    issued_at: int = Field(ge=0)  # unix seconds
+    expires_at: int = Field(ge=0)
+    facilitator: str  # the signing key (base58)
+    signature: str = ""  # base58 ed25519 signature; empty until signed
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        if v not in SUPPORTED_VERSIONS:
+            raise ValueError(
+                f"unsupported version {v!r}; supported: {', '.join(SUPPORTED_VERSIONS)}"
+            )
+        return v
+
+    @field_validator("payer", "pay_to", "token", "facilitator")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        return check_address(v, "address field")
+
+    @field_validator("amount")
+    @classmethod
+    def _amount(cls, v: str) -> str:
+        return check_amount(v)
+
+    def signing_bytes(self) -> bytes:
+        fields: dict[str, Any] = self.model_dump(by_alias=True, mode="json")
+        fields.pop("signature", None)
+        canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        return DOMAIN + canonical.encode()
+
+    def signed_by(self, facilitator: Keypair) -> PaymentProof:
+        """This proof signed by `facilitator` (whose key must be the `facilitator` field)."""
+        if str(facilitator.pubkey()) != self.facilitator:
+            raise ValueError("the proof names another facilitator key")
+        sig = facilitator.sign_message(self.signing_bytes())
+        return self.model_copy(update={"signature": str(sig)})
+
+    def signature_valid(self) -> bool:
+        try:
+            sig = Signature.from_string(self.signature)
+            key = Pubkey.from_string(self.facilitator)
+        except ValueError:
+            return False
+        return sig.verify(key, self.signing_bytes())
+
+    def to_header(self) -> str:
+        return base64.b64encode(
+            json.dumps(self.to_json_dict(), separators=(",", ":")).encode()
+        ).decode()
+
+
+def parse_payment_proof(header: str | bytes) -> PaymentProof:
+    """Decodes an `X-PAYMENT` header value; ProtocolError (InvalidPaymentProof) with the
+    reason if it is oversized, not base64, not JSON or not a proof."""
+    raw = header.encode() if isinstance(header, str) else header
+    if len(raw) > MAX_HEADER_BYTES:
+        raise ProtocolError(f"X-PAYMENT is larger than {MAX_HEADER_BYTES} bytes")
+    try:
+        decoded = base64.b64decode(raw.strip(), validate=True)
+        data = json.loads(decoded)
+    except (binascii.Error, ValueError) as e:
+        raise ProtocolError("X-PAYMENT must be base64 of the proof's JSON") from e
+    if not isinstance(data, dict):
+        raise ProtocolError("X-PAYMENT must hold a JSON object")
+    return parse_model(PaymentProof, data)

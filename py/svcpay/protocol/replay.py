@@ -20,6 +20,10 @@ class ReplayStore(Protocol):
         """True the first time `key` is claimed (until `expires_at`), False afterwards."""
         ...
 
+    async def release(self, key: str) -> None:
+        """Forgets a claim (the request it paid for failed, so the proof may be reused)."""
+        ...
+
 
 class MemoryReplayStore:
     def __init__(self) -> None:
@@ -35,6 +39,10 @@ class MemoryReplayStore:
                 return False
             self._seen[key] = expires_at
             return True
+
+    async def release(self, key: str) -> None:
+        with self._lock:
+            self._seen.pop(key, None)
 
 
 class SqliteReplayStore:
@@ -61,3 +69,10 @@ class SqliteReplayStore:
 
     async def claim(self, key: str, expires_at: int) -> bool:
         return await asyncio.to_thread(self._claim, key, expires_at)
+
+    def _release(self, key: str) -> None:
+        with closing(self._connect()) as db:
+            db.execute("DELETE FROM used_proofs WHERE key = ?", (key,))
+
+    async def release(self, key: str) -> None:
+        await asyncio.to_thread(self._release, key)

@@ -1,0 +1,55 @@
+"""The gate's view of subscriptions, read from the chain, and a meter that deducts usage."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from solders.keypair import Keypair
+
+from svcpay.program.client import BillingClient, status_name
+
+
+@dataclass(frozen=True)
+class SubscriptionState:
+    plan: str
+    status: str
+    allowance_remaining: int | None
+
+
+class ChainSubscriptions:
+    """Subscription states from the chain, cached for `ttl` seconds (a gate sees thousands
+    of requests per subscription; a status change shows within `ttl`)."""
+
+    def __init__(self, client: BillingClient, ttl: float = 2.0) -> None:
+        self.client, self.ttl = client, ttl
+        self._cache: dict[str, tuple[float, SubscriptionState | None]] = {}
+
+    async def lookup(self, subscription_id: str) -> SubscriptionState | None:
+        hit = self._cache.get(subscription_id)
+        if hit and time.monotonic() - hit[0] < self.ttl:
+            return hit[1]
+        sub = await self.client.fetch_subscription(subscription_id)
+        state = None
+        if sub is not None:
+            remaining = None
+            if sub.has_allowance:
+                allowance = await self.client.fetch_allowance(subscription_id)
+                remaining = None if allowance is None else max(allowance.cap - allowance.used, 0)
+            state = SubscriptionState(str(sub.plan), status_name(sub), remaining)
+        self._cache[subscription_id] = (time.monotonic(), state)
+        return state
+
+    def invalidate(self, subscription_id: str) -> None:
+        self._cache.pop(subscription_id, None)
+
+
+class ChainMeter:
+    """Deducts each recorded use at once, signed by the plan's billing authority.
+    (Batching deductions to save transactions is the facilitator's usage meter, issue 6.)"""
+
+    def __init__(self, client: BillingClient, authority: Keypair) -> None:
+        self.client, self.authority = client, authority
+
+    async def record(self, subscription_id: str, amount: int) -> None:
+        await self.client.deduct_allowance(subscription_id, amount, self.authority)

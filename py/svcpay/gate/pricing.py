@@ -1,0 +1,78 @@
+"""Pricing entries of a gated route and the 402 bodies built from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from svcpay.protocol.headers import NETWORK_MAINNET, PROTOCOL_VERSION, SCHEME_EXACT
+from svcpay.protocol.memo import Memos, MemoTerms
+from svcpay.protocol.models import PaymentOption, PaymentRequired, SvcExtension
+
+
+@dataclass(frozen=True)
+class OneTime:
+    """Pay `amount` (base units) per request through the facilitator."""
+
+    amount: int
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Served to ACTIVE subscribers of `plan` (its address). With `metered`, each 2xx
+    response also deducts that many base units from the subscription's allowance."""
+
+    plan: str
+    amount: int  # the plan's price per period (shown to clients)
+    interval: int  # the plan's period, seconds
+    metered: int | None = None
+
+
+PricingEntry = OneTime | Subscription
+
+
+@dataclass(frozen=True)
+class Terms:
+    """What every option of this gate has in common."""
+
+    pay_to: str  # the provider's token account
+    token: str  # the mint
+    network: str = NETWORK_MAINNET
+    facilitator: str | None = None  # the facilitator's URL, advertised in `svc`
+
+
+def build_payment_required(
+    resource: str,
+    pricing: list[PricingEntry],
+    terms: Terms,
+    memos: Memos,
+    error: str | None = None,
+    message: str | None = None,
+) -> PaymentRequired:
+    """The 402 body for `resource` listing every accepted option, each one-time option with
+    a fresh memo bound to the resource and price."""
+    accepts = []
+    for entry in pricing:
+        if isinstance(entry, OneTime):
+            amount = str(entry.amount)
+            memo = memos.issue(MemoTerms(resource, amount, terms.pay_to, terms.token))
+            svc = None
+        else:
+            amount, memo = str(entry.amount), None
+            svc = SvcExtension(
+                plan_id=entry.plan,
+                subscription_scheme=True,
+                facilitator=terms.facilitator,
+                interval=entry.interval,
+            )
+        accepts.append(
+            PaymentOption(
+                scheme=SCHEME_EXACT,
+                network=terms.network,
+                token=terms.token,
+                amount=amount,
+                pay_to=terms.pay_to,
+                memo=memo,
+                svc=svc,
+            )
+        )
+    return PaymentRequired(version=PROTOCOL_VERSION, accepts=accepts, error=error, message=message)

@@ -1,0 +1,157 @@
+"""The gate's one-time flow (spec 4.1) through a real ASGI app, with facilitator-signed proofs."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from svcpay.gate import OneTime, payment_gate
+from svcpay.gate.pricing import Terms
+from svcpay.protocol.memo import Memos
+from svcpay.protocol.models import PaymentRequired
+from svcpay.protocol.proof import PaymentProof
+from svcpay.protocol.replay import MemoryReplayStore
+
+pytestmark = pytest.mark.anyio
+FACILITATOR = Keypair()
+TERMS = Terms(pay_to=str(Pubkey.new_unique()), token=str(Pubkey.new_unique()))
+PRICE = 500_000
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def make_app() -> Starlette:
+    calls = {"flaky": 0}
+
+    async def data(request: Request) -> JSONResponse:
+        return JSONResponse({"data": 42})
+
+    async def flaky(request: Request) -> JSONResponse:
+        calls["flaky"] += 1
+        return (
+            JSONResponse({"error": "busy"}, status_code=503)
+            if calls["flaky"] == 1
+            else JSONResponse({"ok": True})
+        )
+
+    async def free(request: Request) -> JSONResponse:
+        return JSONResponse({"free": True})
+
+    return Starlette(
+        routes=[Route("/v1/data", data), Route("/v1/flaky", flaky), Route("/free", free)]
+    )
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    gate = payment_gate(
+        make_app(),
+        pricing={"/v1/data": [OneTime(PRICE)], "/v1/flaky": [OneTime(PRICE)]},
+        terms=TERMS,
+        memos=Memos(b"gate-memo-secret-0123456789"),
+        trusted_facilitators={str(FACILITATOR.pubkey())},
+        replay=MemoryReplayStore(),
+    )
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=gate), base_url="http://api"
+    ) as client:
+        yield client
+
+
+async def terms_for(http: httpx.AsyncClient, path: str) -> PaymentRequired:
+    reply = await http.get(path)
+    assert reply.status_code == 402
+    return PaymentRequired.parse(reply.content)
+
+
+def proof(memo: str, amount: int = PRICE, signer: Keypair = FACILITATOR) -> str:
+    import time
+
+    now = int(time.time())
+    return (
+        PaymentProof(
+            network="solana-mainnet",
+            transaction=str(Keypair().sign_message(b"settled")),
+            payer=str(Pubkey.new_unique()),
+            pay_to=TERMS.pay_to,
+            token=TERMS.token,
+            amount=str(amount),
+            memo=memo,
+            issued_at=now,
+            expires_at=now + 120,
+            facilitator=str(signer.pubkey()),
+        )
+        .signed_by(signer)
+        .to_header()
+    )
+
+
+async def test_unpaid_requests_get_402_with_the_terms(http: httpx.AsyncClient) -> None:
+    body = await terms_for(http, "/v1/data")
+    (option,) = body.accepts
+    assert (option.amount, option.pay_to, option.token, option.memo is not None) == (
+        str(PRICE),
+        TERMS.pay_to,
+        TERMS.token,
+        True,
+    )
+    assert body.version == "1"
+
+
+async def test_a_valid_proof_is_served_once(http: httpx.AsyncClient) -> None:
+    memo = (await terms_for(http, "/v1/data")).accepts[0].memo
+    assert memo
+    header = proof(memo)
+    served = await http.get("/v1/data", headers={"X-PAYMENT": header})
+    assert (served.status_code, served.json()) == (200, {"data": 42})
+    again = await http.get("/v1/data", headers={"X-PAYMENT": header})
+    assert again.status_code == 402
+    assert (
+        again.json()["error"] == "InvalidPaymentProof" and "already used" in again.json()["message"]
+    )
+    assert again.json()["accepts"][0]["memo"] != memo  # a fresh body
+
+
+async def test_bad_proofs_get_a_fresh_402_with_the_reason(http: httpx.AsyncClient) -> None:
+    memo = (await terms_for(http, "/v1/data")).accepts[0].memo
+    assert memo
+    cases = {
+        proof(memo, amount=PRICE - 1): "the price is",
+        proof(memo, signer=Keypair()): "does not trust",
+        proof(
+            (await terms_for(http, "/v1/flaky")).accepts[0].memo or ""
+        ): "not issued for this resource",
+        "!!not base64!!": "base64",
+        base64.b64encode(b'{"hello": "world"}').decode(): "",
+    }
+    for header, reason in cases.items():
+        reply = await http.get("/v1/data", headers={"X-PAYMENT": header})
+        assert reply.status_code == 402, reply.text
+        assert reply.json()["error"] == "InvalidPaymentProof" and reason in reply.json()["message"]
+
+
+async def test_a_failed_response_does_not_use_up_the_payment(http: httpx.AsyncClient) -> None:
+    memo = (await terms_for(http, "/v1/flaky")).accepts[0].memo
+    assert memo
+    header = proof(memo)
+    assert (await http.get("/v1/flaky", headers={"X-PAYMENT": header})).status_code == 503
+    assert (await http.get("/v1/flaky", headers={"X-PAYMENT": header})).status_code == 200
+    assert (await http.get("/v1/flaky", headers={"X-PAYMENT": header})).status_code == 402
+
+
+async def test_oversized_headers_get_400_and_free_paths_pass(http: httpx.AsyncClient) -> None:
+    huge = await http.get("/v1/data", headers={"X-PAYMENT": "A" * 5000})
+    assert huge.status_code == 400 and "exceeds" in huge.json()["message"]
+    assert (await http.get("/free")).json() == {"free": True}

@@ -1,0 +1,128 @@
+"""The gate's subscription and metered flows, against the local validator (real chain state)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from solders.keypair import Keypair
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from svcpay.gate import Subscription, payment_gate
+from svcpay.gate.chain import ChainMeter, ChainSubscriptions
+from svcpay.gate.pricing import Terms
+from svcpay.localnet.process import Localnet
+from svcpay.program.client import BillingClient
+from svcpay.protocol.memo import Memos
+from svcpay.protocol.replay import MemoryReplayStore
+from tests.support.billing import DAY, USDC
+from tests.support.chain import Chain
+
+pytestmark = pytest.mark.anyio
+PERIOD = 30 * DAY
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def client(validator: Localnet) -> AsyncIterator[BillingClient]:
+    c = BillingClient.connect(validator.url)
+    yield c
+    await c.close()
+
+
+async def handler(request: Request) -> JSONResponse:
+    return JSONResponse({"served": request.url.path})
+
+
+async def setup(chain: Chain, client: BillingClient) -> tuple[httpx.AsyncClient, str, Keypair, str]:
+    """A provider with a plan, a gate for it (ttl 0: every request reads the chain), and a
+    subscriber with a 1 USDC metered allowance. Returns (http, plan, subscriber, sub_id)."""
+    provider, facilitator = chain.funded_keypair(), chain.funded_keypair()
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    plan = await client.create_plan(
+        provider, plan_id=1, mint=mint, destination=destination,
+        billing_authority=facilitator.pubkey(), amount=10 * USDC, period_secs=PERIOD,
+    )  # fmt: skip
+    subscriber = chain.funded_keypair()
+    chain.token_account(subscriber.pubkey(), mint, 50 * USDC)
+    sub_id = await client.subscribe(plan, subscriber, max_overage=USDC)
+    gate = payment_gate(
+        Starlette(
+            routes=[Route("/v1/resource", handler), Route("/v1/process", handler, methods=["POST"])]
+        ),
+        pricing={
+            "/v1/resource": [Subscription(str(plan), 10 * USDC, PERIOD)],
+            "/v1/process": [Subscription(str(plan), 10 * USDC, PERIOD, metered=USDC // 2)],
+        },
+        terms=Terms(pay_to=str(destination), token=str(mint)),
+        memos=Memos(b"gate-memo-secret-0123456789"),
+        trusted_facilitators=set(),
+        replay=MemoryReplayStore(),
+        subscriptions=ChainSubscriptions(client, ttl=0),
+        meter=ChainMeter(client, facilitator),
+    )
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://api")
+    return http, str(plan), subscriber, str(sub_id)
+
+
+async def test_an_active_subscriber_is_served_and_others_get_402(
+    chain: Chain, client: BillingClient
+) -> None:
+    http, plan, subscriber, sub_id = await setup(chain, client)
+    async with http:
+        unpaid = await http.get("/v1/resource")
+        assert unpaid.status_code == 402
+        svc = unpaid.json()["accepts"][0]["svc"]
+        assert (svc["planId"], svc["subscriptionScheme"], svc["interval"]) == (plan, True, PERIOD)
+        assert (await http.get("/v1/resource", headers={"X-Svc-Sub": sub_id})).json() == {
+            "served": "/v1/resource"
+        }
+
+        await client.pause(sub_id, subscriber)
+        paused = await http.get("/v1/resource", headers={"X-Svc-Sub": sub_id})
+        assert paused.status_code == 402 and paused.json()["error"] == "SubscriptionNotActive"
+        assert "Paused" in paused.json()["message"]
+
+        stranger = await http.get("/v1/resource", headers={"X-Svc-Sub": str(Keypair().pubkey())})
+        assert stranger.status_code == 402 and stranger.json()["error"] == "SubscriptionNotActive"
+        malformed = await http.get("/v1/resource", headers={"X-Svc-Sub": "not-an-id"})
+        assert malformed.status_code == 400
+
+
+async def test_another_plans_subscription_does_not_pass(
+    chain: Chain, client: BillingClient
+) -> None:
+    http, _, _, _ = await setup(chain, client)
+    _, _, _, other_sub = await setup(chain, client)  # active, but for another provider's plan
+    async with http:
+        reply = await http.get("/v1/resource", headers={"X-Svc-Sub": other_sub})
+        assert reply.status_code == 402 and reply.json()["error"] == "SubscriptionNotActive"
+
+
+async def test_metered_use_is_deducted_until_the_cap_then_402(
+    chain: Chain, client: BillingClient
+) -> None:
+    http, _, subscriber, sub_id = await setup(chain, client)
+    async with http:
+        for _ in range(2):
+            assert (
+                await http.post("/v1/process", headers={"X-Svc-Sub": sub_id})
+            ).status_code == 200
+        allowance = await client.fetch_allowance(sub_id)
+        assert allowance is not None and allowance.used == USDC  # deducted on chain
+
+        exhausted = await http.post("/v1/process", headers={"X-Svc-Sub": sub_id})
+        assert exhausted.status_code == 402 and exhausted.json()["error"] == "AllowanceExhausted"
+        assert "raise the overage limit or upgrade the plan" in exhausted.json()["message"]
+
+        await client.increase_allowance(sub_id, USDC, subscriber)
+        assert (await http.post("/v1/process", headers={"X-Svc-Sub": sub_id})).status_code == 200

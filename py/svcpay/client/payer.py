@@ -1,0 +1,222 @@
+"""The paying client: an httpx `Auth` that answers 402 by paying, and `pay()` for one call.
+
+Like httpx's Digest auth, the flow is `response = yield request`: a 402 is a 401 with money.
+It prefers a subscription when the terms offer one and the client holds (or may create) a
+subscription to that plan; otherwise it pays once: builds the transfer, signs it as token
+authority (the facilitator pays the fee), gets the proof from `POST /authorize`, and retries
+with `X-PAYMENT`. Spending limits are checked before any money moves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections import deque
+from collections.abc import AsyncGenerator
+
+import httpx
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.compute_budget import set_compute_unit_limit
+from solders.instruction import Instruction
+from solders.keypair import Keypair
+from solders.message import MessageV0, to_bytes_versioned
+from solders.pubkey import Pubkey
+from solders.signature import Signature
+from solders.transaction import VersionedTransaction
+from spl.token.constants import TOKEN_PROGRAM_ID
+from spl.token.instructions import (
+    TransferCheckedParams,
+    get_associated_token_address,
+    transfer_checked,
+)
+
+from svcpay.program.client import BillingClient
+from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
+from svcpay.protocol.models import PaymentOption, PaymentRequired, ProtocolError
+
+MEMO_PROGRAM = Pubkey.from_string("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr")
+
+
+class PaymentError(Exception):
+    """Paying failed; the subclass is the spec's error name where there is one."""
+
+
+class InsufficientFunds(PaymentError):
+    """The wallet lacks the token amount: top up USDC."""
+
+
+class InvalidPaymentProof(PaymentError):
+    """The server kept rejecting the proof after the retries."""
+
+
+class SpendingLimitExceeded(PaymentError):
+    """Paying would pass a limit the user set; nothing was paid."""
+
+
+class NoAcceptableOption(PaymentError):
+    """The 402 offers nothing this client can pay (network, scheme or subscription only)."""
+
+
+class PaymentAuth(httpx.Auth):
+    requires_response_body = True
+
+    def __init__(
+        self,
+        owner: Keypair,
+        *,
+        rpc: AsyncClient,
+        facilitator: httpx.AsyncClient,
+        max_per_request: int,
+        max_per_period: int | None = None,
+        period_secs: int = 86_400,
+        subscriptions: dict[str, str] | None = None,
+        billing: BillingClient | None = None,
+        retries: int = 2,
+    ) -> None:
+        """`subscriptions` maps planId -> subscription id the client holds; with `billing`,
+        the client may also subscribe (the first period counts against the limits)."""
+        self.owner, self.rpc, self.facilitator = owner, rpc, facilitator
+        self.max_per_request, self.max_per_period, self.period_secs = (
+            max_per_request,
+            max_per_period,
+            period_secs,
+        )
+        self.subscriptions = dict(subscriptions or {})
+        self.billing, self.retries = billing, retries
+        self._spent: deque[tuple[float, int]] = deque()
+
+    def _reserve(self, amount: int) -> None:
+        if amount > self.max_per_request:
+            raise SpendingLimitExceeded(
+                f"{amount} base units is above the per-request limit {self.max_per_request}"
+            )
+        now = time.monotonic()
+        while self._spent and now - self._spent[0][0] > self.period_secs:
+            self._spent.popleft()
+        if (
+            self.max_per_period is not None
+            and sum(a for _, a in self._spent) + amount > self.max_per_period
+        ):
+            raise SpendingLimitExceeded(
+                f"paying {amount} would pass the limit {self.max_per_period} per period"
+            )
+        self._spent.append((now, amount))
+
+    async def async_auth_flow(
+        self, request: httpx.Request
+    ) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        response = yield request
+        if response.status_code != 402:
+            return
+        await response.aread()  # overriding async_auth_flow means reading bodies ourselves
+        try:
+            terms = PaymentRequired.parse(response.content)
+        except ProtocolError:
+            return  # not our protocol: hand the 402 back unchanged
+        sub_id = await self._subscription_for(terms)
+        if sub_id is not None:
+            request.headers[X_SVC_SUB] = sub_id
+            yield request
+            return
+        option = next((o for o in terms.accepts if not o.is_subscription), None)
+        if option is None:
+            raise NoAcceptableOption(
+                "the server only offers subscriptions this client may not create"
+            )
+        self._reserve(option.amount_units)
+        request.headers[X_PAYMENT] = await self._pay(option)
+        for attempt in range(self.retries + 1):
+            response = yield request
+            await response.aread()
+            rejected = response.status_code == 402 and _error(response) == "InvalidPaymentProof"
+            if not rejected:
+                return
+            if attempt == self.retries:
+                raise InvalidPaymentProof(f"the server rejected the proof: {_message(response)}")
+            await asyncio.sleep(0.2 * 2**attempt)
+
+    async def _subscription_for(self, terms: PaymentRequired) -> str | None:
+        for option in terms.accepts:
+            if not option.is_subscription or option.svc is None or option.svc.plan_id is None:
+                continue
+            plan = option.svc.plan_id
+            if plan in self.subscriptions:
+                return self.subscriptions[plan]
+            if self.billing is not None:
+                self._reserve(option.amount_units)
+                sub_id = str(await self.billing.subscribe(plan, self.owner))
+                self.subscriptions[plan] = sub_id
+                return sub_id
+        return None
+
+    async def _pay(self, option: PaymentOption) -> str:
+        supported = (await self.facilitator.get("/supported")).json()
+        tx = await build_payment(
+            self.rpc, self.owner, option, Pubkey.from_string(supported["feePayer"])
+        )
+        body = {
+            "signedPayment": base64.b64encode(tx).decode(),
+            "paymentRequirements": option.to_json_dict(),
+        }
+        reply = await self.facilitator.post("/authorize", json=body)
+        if reply.status_code == 200:
+            return base64.b64encode(reply.content).decode()
+        if _error(reply) == "InsufficientFunds":
+            raise InsufficientFunds(_message(reply))
+        raise PaymentError(
+            f"the facilitator refused the payment ({reply.status_code}): {_message(reply)}"
+        )
+
+
+async def build_payment(
+    rpc: AsyncClient, owner: Keypair, option: PaymentOption, fee_payer: Pubkey
+) -> bytes:
+    """The transfer of `option` from `owner`'s associated token account, with its memo,
+    signed by `owner` as token authority; the fee payer's signature is left for the
+    facilitator."""
+    mint = Pubkey.from_string(option.token)
+    mint_info = (await rpc.get_account_info(mint)).value
+    if mint_info is None:
+        raise PaymentError(f"the token {mint} does not exist on this network")
+    decimals = bytes(mint_info.data)[44]
+    params = TransferCheckedParams(
+        program_id=TOKEN_PROGRAM_ID,
+        source=get_associated_token_address(owner.pubkey(), mint),
+        mint=mint,
+        dest=Pubkey.from_string(option.pay_to),
+        owner=owner.pubkey(),
+        amount=option.amount_units,
+        decimals=decimals,
+    )
+    ixs = [
+        set_compute_unit_limit(50_000),
+        transfer_checked(params),
+        Instruction(MEMO_PROGRAM, (option.memo or "").encode(), []),
+    ]
+    blockhash = (await rpc.get_latest_blockhash(Confirmed)).value.blockhash
+    message = MessageV0.try_compile(fee_payer, ixs, [], blockhash)
+    owner_sig = owner.sign_message(to_bytes_versioned(message))
+    return bytes(VersionedTransaction.populate(message, [Signature.default(), owner_sig]))
+
+
+async def pay(url: str, auth: PaymentAuth, method: str = "GET", **kwargs: object) -> httpx.Response:
+    """The whole one-time flow in one call (spec `pay()`): request, pay on 402, retry."""
+    async with httpx.AsyncClient(auth=auth) as client:
+        return await client.request(method, url, **kwargs)  # type: ignore[arg-type]
+
+
+def _error(response: httpx.Response) -> str | None:
+    try:
+        value = response.json().get("error")
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("message", response.text[:200]))
+    except ValueError:
+        return response.text[:200]

@@ -1,0 +1,1 @@
+"""The facilitator: settles one-time payments on chain and signs proofs (spec 4.2)."""

@@ -1,0 +1,190 @@
+"""Settling a client's signed transfer: check it pays exactly the terms, co-sign as fee
+payer, send, confirm, and sign the proof (docs/adr/0008).
+
+The client builds and signs (as token authority) a v0 transaction whose fee payer is the
+facilitator: compute-budget instructions (capped), one SPL Token `TransferChecked` of the
+exact amount of the terms' mint to `payTo`, and one memo instruction with the terms' memo.
+Anything else, or any use of the facilitator's key beyond paying the fee, is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solana.rpc.core import RPCException
+from solana.rpc.types import TxOpts
+from solders.keypair import Keypair
+from solders.message import to_bytes_versioned
+from solders.pubkey import Pubkey
+from solders.transaction import VersionedTransaction
+
+from svcpay.protocol.models import PaymentOption
+from svcpay.protocol.proof import PaymentProof
+
+TOKEN_PROGRAM = Pubkey.from_string("TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA")
+MEMO_PROGRAM = Pubkey.from_string("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr")
+COMPUTE_BUDGET = Pubkey.from_string("ComputeBudget111111111111111111111111111111")
+TRANSFER_CHECKED = 12
+MAX_COMPUTE_UNIT_LIMIT = 200_000
+MAX_COMPUTE_UNIT_PRICE = 5_000_000  # micro-lamports per CU: caps what the client can make us pay
+
+
+class SettlementError(Exception):
+    """A payment cannot be settled. `name` is the spec's error (InsufficientFunds) or one of
+    ours (InvalidTransaction, TermsMismatch, BlockhashExpired, SettlementFailed)."""
+
+    def __init__(self, name: str, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.name, self.message, self.status = name, message, status
+
+
+class Settler:
+    def __init__(
+        self, rpc: AsyncClient, fee_payer: Keypair, *, network: str, proof_ttl_secs: int = 300
+    ) -> None:
+        self.rpc, self.fee_payer, self.network = rpc, fee_payer, network
+        self.proof_ttl_secs = proof_ttl_secs
+        self._done: dict[str, PaymentProof] = {}  # transaction id -> proof (durable store: issue 6)
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def authorize(self, signed_payment: bytes, option: PaymentOption) -> PaymentProof:
+        """Settles `signed_payment` for `option`; the same transaction twice yields the same
+        proof and is never sent twice, also when the two requests race."""
+        try:
+            tx = VersionedTransaction.from_bytes(signed_payment)
+        except ValueError as e:
+            raise SettlementError(
+                "InvalidTransaction", f"signedPayment is not a transaction: {e}"
+            ) from e
+        payer = self._check(tx, option)
+        message_bytes = to_bytes_versioned(tx.message)
+        signatures = list(tx.signatures)
+        signatures[0] = self.fee_payer.sign_message(message_bytes)
+        signed = VersionedTransaction.populate(tx.message, signatures)
+        key = str(signatures[0])
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            if key in self._done:
+                return self._done[key]
+            await self._send(signed)
+            now = int(time.time())
+            proof = PaymentProof(
+                network=self.network,
+                transaction=key,
+                payer=str(payer),
+                pay_to=option.pay_to,
+                token=option.token,
+                amount=option.amount,
+                memo=option.memo or "",
+                issued_at=now,
+                expires_at=now + self.proof_ttl_secs,
+                facilitator=str(self.fee_payer.pubkey()),
+            ).signed_by(self.fee_payer)
+            self._done[key] = proof
+            return proof
+
+    def _check(self, tx: VersionedTransaction, option: PaymentOption) -> Pubkey:
+        msg = tx.message
+        keys = list(msg.account_keys)
+        me = self.fee_payer.pubkey()
+        if not keys or keys[0] != me:
+            raise SettlementError(
+                "InvalidTransaction", f"the fee payer must be the facilitator {me}"
+            )
+        transfers, memos = [], []
+        for ix in msg.instructions:
+            program = keys[ix.program_id_index]
+            accounts = [keys[i] for i in bytes(ix.accounts)]
+            if me in accounts:
+                raise SettlementError(
+                    "InvalidTransaction", "an instruction uses the facilitator's key"
+                )
+            data = bytes(ix.data)
+            if program == COMPUTE_BUDGET:
+                _check_budget(data)
+            elif (
+                program == TOKEN_PROGRAM
+                and data[:1] == bytes([TRANSFER_CHECKED])
+                and len(data) == 10
+            ):
+                transfers.append((accounts, struct.unpack_from("<Q", data, 1)[0]))
+            elif program == MEMO_PROGRAM:
+                memos.append(data.decode("utf-8", "replace"))
+            else:
+                raise SettlementError(
+                    "InvalidTransaction", f"instruction of program {program} is not allowed"
+                )
+        if len(transfers) != 1 or len(memos) != 1:
+            raise SettlementError(
+                "InvalidTransaction", "need exactly one TransferChecked and one memo"
+            )
+        (accounts, amount), memo = transfers[0], memos[0]
+        if len(accounts) < 4:
+            raise SettlementError("InvalidTransaction", "TransferChecked lacks accounts")
+        _, mint, destination, authority = accounts[:4]
+        checks = (
+            ("mint", str(mint), option.token),
+            ("destination", str(destination), option.pay_to),
+            ("amount", str(amount), option.amount),
+            ("memo", memo, option.memo or ""),
+        )
+        for what, got, want in checks:
+            if got != want:
+                raise SettlementError(
+                    "TermsMismatch", f"the transfer's {what} is {got}, the terms say {want}"
+                )
+        signer_index = keys.index(authority)
+        if signer_index >= msg.header.num_required_signatures:
+            raise SettlementError("InvalidTransaction", "the token authority must sign")
+        if not tx.signatures[signer_index].verify(authority, to_bytes_versioned(msg)):
+            raise SettlementError(
+                "InvalidTransaction", "the token authority's signature does not verify"
+            )
+        return authority
+
+    async def _send(self, tx: VersionedTransaction) -> None:
+        try:
+            sig = (
+                await self.rpc.send_transaction(tx, opts=TxOpts(preflight_commitment=Confirmed))
+            ).value
+        except RPCException as e:
+            text = str(e)
+            if "BlockhashNotFound" in text or "Blockhash not found" in text:
+                raise SettlementError(
+                    "BlockhashExpired", "the transaction's blockhash expired; sign again"
+                ) from e
+            if (
+                "custom program error: 0x1" in text
+                or "Custom(1)" in text
+                or "insufficient funds" in text
+            ):
+                raise SettlementError(
+                    "InsufficientFunds",
+                    "the payer's token account lacks the amount; top up USDC",
+                    402,
+                ) from e
+            raise SettlementError(
+                "SettlementFailed", f"the transaction failed in simulation: {text[:300]}", 422
+            ) from e
+        await self.rpc.confirm_transaction(sig, Confirmed)
+
+
+def _check_budget(data: bytes) -> None:
+    if data[:1] == b"\x02" and len(data) == 5:  # SetComputeUnitLimit(u32)
+        if struct.unpack_from("<I", data, 1)[0] > MAX_COMPUTE_UNIT_LIMIT:
+            raise SettlementError(
+                "InvalidTransaction", f"compute unit limit above {MAX_COMPUTE_UNIT_LIMIT}"
+            )
+    elif data[:1] == b"\x03" and len(data) == 9:  # SetComputeUnitPrice(u64)
+        if struct.unpack_from("<Q", data, 1)[0] > MAX_COMPUTE_UNIT_PRICE:
+            raise SettlementError(
+                "InvalidTransaction", f"compute unit price above {MAX_COMPUTE_UNIT_PRICE}"
+            )
+    else:
+        raise SettlementError(
+            "InvalidTransaction", "only compute unit limit and price instructions are allowed"
+        )

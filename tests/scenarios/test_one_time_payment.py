@@ -1,0 +1,187 @@
+"""One-time payment end to end: gate -> 402 -> client signs a transfer -> facilitator settles
+on the local validator and signs a proof -> client retries with X-PAYMENT -> 200."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.keypair import Keypair
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from svcpay.client import InsufficientFunds, PaymentAuth, SpendingLimitExceeded, build_payment
+from svcpay.facilitator.app import create_app
+from svcpay.facilitator.settlement import Settler
+from svcpay.gate import OneTime, payment_gate
+from svcpay.gate.pricing import Terms
+from svcpay.localnet.process import Localnet
+from svcpay.protocol.memo import Memos
+from svcpay.protocol.models import PaymentRequired
+from svcpay.protocol.replay import MemoryReplayStore
+from tests.support.billing import USDC
+from tests.support.chain import Chain
+
+pytestmark = pytest.mark.anyio
+PRICE = USDC // 2
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@dataclass
+class World:
+    chain: Chain
+    rpc: AsyncClient
+    facilitator: httpx.AsyncClient
+    api: httpx.AsyncClient
+    wallet: Keypair
+    wallet_token: object
+    destination: object
+    fee_payer: Keypair
+
+    def auth(self, **limits: int) -> PaymentAuth:
+        limits.setdefault("max_per_request", USDC)
+        return PaymentAuth(self.wallet, rpc=self.rpc, facilitator=self.facilitator, **limits)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def world(validator: Localnet, chain: Chain) -> AsyncIterator[World]:
+    provider, fee_payer, wallet = (
+        chain.funded_keypair(),
+        chain.funded_keypair(),
+        chain.funded_keypair(),
+    )
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    wallet_token = chain.token_account(wallet.pubkey(), mint, 2 * USDC)
+    rpc = AsyncClient(validator.url, commitment=Confirmed)
+    settler = Settler(rpc, fee_payer, network="solana-mainnet")
+    facilitator = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(settler)), base_url="http://facilitator"
+    )
+
+    async def data(request: Request) -> JSONResponse:
+        return JSONResponse({"data": 42})
+
+    gate = payment_gate(
+        Starlette(routes=[Route("/v1/data", data)]),
+        pricing={"/v1/data": [OneTime(PRICE)]},
+        terms=Terms(pay_to=str(destination), token=str(mint)),
+        memos=Memos(b"e2e-memo-secret-0123456789"),
+        trusted_facilitators={str(fee_payer.pubkey())},
+        replay=MemoryReplayStore(),
+    )
+    api = httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://api")
+    yield World(chain, rpc, facilitator, api, wallet, wallet_token, destination, fee_payer)
+    await api.aclose()
+    await facilitator.aclose()
+    await rpc.close()
+
+
+async def test_the_client_pays_once_and_is_served(world: World) -> None:
+    chain = world.chain
+    sol_before = chain.rpc("getBalance", str(world.wallet.pubkey()))["value"]
+
+    reply = await world.api.get("/v1/data", auth=world.auth())
+
+    assert (reply.status_code, reply.json()) == (200, {"data": 42})
+    assert chain.token_state(world.wallet_token)["amount"] == 2 * USDC - PRICE  # type: ignore[arg-type]
+    assert chain.token_state(world.destination)["amount"] == PRICE  # type: ignore[arg-type]
+    assert (
+        chain.rpc("getBalance", str(world.wallet.pubkey()))["value"] == sol_before
+    )  # the facilitator paid the fee
+
+
+async def test_the_same_signed_payment_twice_settles_once(world: World) -> None:
+    terms = PaymentRequired.parse((await world.api.get("/v1/data")).content)
+    option = terms.accepts[0]
+    tx = await build_payment(world.rpc, world.wallet, option, world.fee_payer.pubkey())
+    body = {
+        "signedPayment": base64.b64encode(tx).decode(),
+        "paymentRequirements": option.to_json_dict(),
+    }
+    first, second = (
+        await world.facilitator.post("/authorize", json=body),
+        await world.facilitator.post("/authorize", json=body),
+    )
+    assert first.status_code == second.status_code == 200
+    assert first.json() == second.json()
+    assert world.chain.token_state(world.destination)["amount"] == PRICE  # type: ignore[arg-type]
+
+
+async def test_spending_limits_stop_the_payment_before_money_moves(world: World) -> None:
+    with pytest.raises(SpendingLimitExceeded):
+        await world.api.get("/v1/data", auth=world.auth(max_per_request=PRICE - 1))
+    auth = world.auth(max_per_period=PRICE)
+    assert (await world.api.get("/v1/data", auth=auth)).status_code == 200
+    with pytest.raises(SpendingLimitExceeded):
+        await world.api.get("/v1/data", auth=auth)
+    assert world.chain.token_state(world.destination)["amount"] == PRICE  # type: ignore[arg-type]
+
+
+async def test_insufficient_funds_is_reported_as_such(world: World) -> None:
+    poor = world.chain.funded_keypair()
+    mint = world.chain.token_state(world.wallet_token)["mint"]  # type: ignore[arg-type]
+    world.chain.token_account(poor.pubkey(), mint, PRICE - 1)
+    auth = PaymentAuth(poor, rpc=world.rpc, facilitator=world.facilitator, max_per_request=USDC)
+    with pytest.raises(InsufficientFunds):
+        await world.api.get("/v1/data", auth=auth)
+
+
+async def test_the_facilitator_refuses_what_it_should_not_sign(world: World) -> None:
+    terms = PaymentRequired.parse((await world.api.get("/v1/data")).content)
+    option = terms.accepts[0]
+    tx = await build_payment(world.rpc, world.wallet, option, world.fee_payer.pubkey())
+    cheaper = option.model_copy(update={"amount": str(PRICE - 1)})
+    cases = [
+        (
+            {
+                "signedPayment": base64.b64encode(tx).decode(),
+                "paymentRequirements": cheaper.to_json_dict(),
+            },
+            "TermsMismatch",
+        ),
+        (
+            {"signedPayment": "not base64!", "paymentRequirements": option.to_json_dict()},
+            "InvalidRequest",
+        ),
+        (
+            {
+                "signedPayment": base64.b64encode(b"junk").decode(),
+                "paymentRequirements": option.to_json_dict(),
+            },
+            "InvalidTransaction",
+        ),
+        ({"paymentRequirements": option.to_json_dict()}, "InvalidRequest"),
+        (
+            {
+                "signedPayment": base64.b64encode(tx).decode(),
+                "paymentRequirements": {"amount": "1"},
+            },
+            "InvalidRequest",
+        ),
+    ]
+    for body, name in cases:
+        reply = await world.facilitator.post("/authorize", json=body)
+        assert 400 <= reply.status_code < 500 and reply.json()["error"] == name, reply.text
+    other_fee_payer = Keypair().pubkey()
+    foreign = await build_payment(world.rpc, world.wallet, option, other_fee_payer)
+    body = {
+        "signedPayment": base64.b64encode(foreign).decode(),
+        "paymentRequirements": option.to_json_dict(),
+    }
+    assert (await world.facilitator.post("/authorize", json=body)).json()[
+        "error"
+    ] == "InvalidTransaction"
+    assert (await world.facilitator.post("/authorize", content=b"{{")).status_code == 400
+    assert world.chain.token_state(world.destination)["amount"] == 0  # type: ignore[arg-type]

@@ -1,0 +1,90 @@
+"""The paying client prefers a subscription when the 402 offers one: it subscribes once
+(within its limits) and is then served with X-Svc-Sub, without paying per request."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from svcpay.client import PaymentAuth, SpendingLimitExceeded
+from svcpay.gate import OneTime, Subscription, payment_gate
+from svcpay.gate.chain import ChainSubscriptions
+from svcpay.gate.pricing import Terms
+from svcpay.localnet.process import Localnet
+from svcpay.program.client import BillingClient
+from svcpay.protocol.memo import Memos
+from svcpay.protocol.replay import MemoryReplayStore
+from tests.support.billing import DAY, USDC
+from tests.support.chain import Chain
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def resource(request: Request) -> JSONResponse:
+    return JSONResponse({"resource": True})
+
+
+async def test_the_client_subscribes_once_then_uses_x_svc_sub(
+    validator: Localnet, chain: Chain
+) -> None:
+    billing = BillingClient.connect(validator.url)
+    rpc = AsyncClient(validator.url, commitment=Confirmed)
+    provider, facilitator, wallet = (
+        chain.funded_keypair(),
+        chain.funded_keypair(),
+        chain.funded_keypair(),
+    )
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    wallet_token = chain.token_account(wallet.pubkey(), mint, 25 * USDC)
+    plan = await billing.create_plan(
+        provider, plan_id=1, mint=mint, destination=destination,
+        billing_authority=facilitator.pubkey(), amount=10 * USDC, period_secs=30 * DAY,
+    )  # fmt: skip
+    gate = payment_gate(
+        Starlette(routes=[Route("/v1/resource", resource)]),
+        pricing={
+            "/v1/resource": [Subscription(str(plan), 10 * USDC, 30 * DAY), OneTime(USDC // 2)]
+        },
+        terms=Terms(pay_to=str(destination), token=str(mint)),
+        memos=Memos(b"e2e-memo-secret-0123456789"),
+        trusted_facilitators=set(),
+        replay=MemoryReplayStore(),
+        subscriptions=ChainSubscriptions(billing, ttl=0),
+    )
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=gate), base_url="http://api"
+    ) as api:
+        unused = httpx.AsyncClient(
+            base_url="http://facilitator.invalid"
+        )  # never called: no one-time payment
+        stingy = PaymentAuth(
+            wallet, rpc=rpc, facilitator=unused, billing=billing, max_per_request=5 * USDC
+        )
+        with pytest.raises(SpendingLimitExceeded):
+            await api.get("/v1/resource", auth=stingy)
+
+        auth = PaymentAuth(
+            wallet, rpc=rpc, facilitator=unused, billing=billing, max_per_request=10 * USDC
+        )
+        for _ in range(3):
+            reply = await api.get("/v1/resource", auth=auth)
+            assert (reply.status_code, reply.json()) == (200, {"resource": True})
+        assert list(auth.subscriptions) == [str(plan)]
+        assert (
+            chain.token_state(wallet_token)["amount"] == 15 * USDC
+        )  # one period, not three payments
+        await unused.aclose()
+    await billing.close()
+    await rpc.close()

@@ -83,6 +83,7 @@ class PaymentGate:
         self.terms, self.memos, self.replay = terms, memos, replay
         self.trusted = frozenset(trusted_facilitators)
         self.subscriptions, self.meter = subscriptions, meter
+        self._options: dict[OneTime, PaymentOption] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -130,10 +131,7 @@ class PaymentGate:
         except ProtocolError as e:
             await self._payment_required(send, resource, pricing, "InvalidPaymentProof", e.reason)
             return
-        option = PaymentOption(
-            scheme=SCHEME_EXACT, network=self.terms.network, token=self.terms.token,
-            amount=str(entry.amount), pay_to=self.terms.pay_to, memo=proof.memo,
-        )  # fmt: skip
+        option = self._one_time_option(entry)
         verdict = await verify_payment_proof_reason(
             proof,
             option,
@@ -213,6 +211,22 @@ class PaymentGate:
                 await self.meter.record(sub_id, entry.metered)
             except Exception:  # the response is already sent; the meter keeps and retries usage
                 log.exception("recording metered usage for %s failed", sub_id)
+
+    def _one_time_option(self, entry: OneTime) -> PaymentOption:
+        """The terms a proof for `entry` must meet (validated once; the memo is checked
+        from the proof itself, bound to the resource and price)."""
+        option = self._options.get(entry)
+        if option is None:
+            option = PaymentOption(
+                scheme=SCHEME_EXACT,
+                network=self.terms.network,
+                token=self.terms.token,
+                amount=str(entry.amount),
+                pay_to=self.terms.pay_to,
+                memo="-",
+            )
+            self._options[entry] = option
+        return option
 
     async def _run(self, scope: Scope, receive: Receive, send: Send) -> int | None:
         status: int | None = None

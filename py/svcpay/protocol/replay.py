@@ -26,15 +26,19 @@ class ReplayStore(Protocol):
 
 
 class MemoryReplayStore:
+    SWEEP_SECS = 30  # expired claims are dropped at most this often (O(n) each time)
+
     def __init__(self) -> None:
         self._seen: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._next_sweep = 0
 
     async def claim(self, key: str, expires_at: int) -> bool:
         now = int(time.time())
         with self._lock:
-            if len(self._seen) > 10_000:
+            if now >= self._next_sweep:
                 self._seen = {k: e for k, e in self._seen.items() if e >= now}
+                self._next_sweep = now + self.SWEEP_SECS
             if key in self._seen and self._seen[key] >= now:
                 return False
             self._seen[key] = expires_at

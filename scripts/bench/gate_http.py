@@ -1,0 +1,103 @@
+"""Requests per second through the gate over HTTP: uvicorn (one worker, pinned to core 0)
+and wrk (pinned to core 1) on loopback, for the four cases of gate_rps.py. Each paid
+request carries a distinct pre-signed proof. Prints numbers; asserts nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from svcpay.protocol.memo import Memos, MemoTerms
+from svcpay.protocol.proof import PaymentProof
+
+ROOT = Path(__file__).resolve().parents[2]
+SECONDS = 4
+PROOFS = 40_000
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wrk(url: str, script: Path | None) -> tuple[float, str]:
+    cmd = ["taskset", "-c", "1", "wrk", "-t1", "-c16", f"-d{SECONDS}s", url]
+    if script:
+        cmd[4:4] = ["-s", str(script)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return rps, f"{non2xx.group(1)} non-2xx" if non2xx else "all 2xx"
+
+
+def lua_script(path: Path, header: str, values: list[str]) -> None:
+    """A wrk script sending `header` with the next of `values` on each request."""
+    table = ",".join(json.dumps(v) for v in values)  # base58/base64: valid Lua strings too
+    lookup = f'{{["{header}"] = values[(i % #values) + 1]}}'
+    path.write_text(
+        f"values = {{{table}}}\ni = 0\n"
+        f'request = function()\n  i = i + 1\n  return wrk.format("GET", nil, {lookup})\nend\n'
+    )
+
+
+def main() -> None:
+    facilitator, secret = Keypair(), "bench-memo-secret-0123456789"
+    pay_to, token, plan, sub = (str(Pubkey.new_unique()) for _ in range(4))
+    memo = Memos(secret.encode(), ttl_secs=3600).issue(
+        MemoTerms("GET /paid", "500000", pay_to, token)
+    )
+    now = int(time.time())
+    proofs = [
+        PaymentProof(
+            network="solana-mainnet", transaction=str(Keypair().sign_message(str(i).encode())),
+            payer=str(Pubkey.new_unique()), pay_to=pay_to, token=token, amount="500000", memo=memo,
+            issued_at=now, expires_at=now + 3600, facilitator=str(facilitator.pubkey()),
+        ).signed_by(facilitator).to_header()
+        for i in range(PROOFS)
+    ]  # fmt: skip
+    port = free_port()
+    bench = {"SECRET": secret, "PAY_TO": pay_to, "TOKEN": token, "PLAN": plan, "SUB": sub}
+    bench["FACILITATOR"] = str(facilitator.pubkey())
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **{f"BENCH_{k}": v for k, v in bench.items()})
+    server = subprocess.Popen(
+        ["taskset", "-c", "0", sys.executable, "-m", "uvicorn", "scripts.bench.gate_app:app",
+         "--port", str(port), "--log-level", "warning", "--no-access-log"],
+        cwd=ROOT, env=env,
+    )  # fmt: skip
+    try:
+        time.sleep(2)
+        base = f"http://127.0.0.1:{port}"
+        with tempfile.TemporaryDirectory() as tmp:
+            paid, subs = Path(tmp) / "paid.lua", Path(tmp) / "sub.lua"
+            lua_script(paid, "X-PAYMENT", proofs)
+            lua_script(subs, "X-Svc-Sub", [sub])
+            results = {
+                "bare endpoint": wrk(f"{base}/free", None),
+                "402 path (fresh terms)": wrk(f"{base}/paid", None),
+                "paid, verified offline": wrk(f"{base}/paid", paid),
+                "bare + the same headers": wrk(f"{base}/free", paid),
+                "subscription, warm cache": wrk(f"{base}/sub", subs),
+            }
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    print(f"uvicorn 1 worker on core 0, wrk -c16 on core 1, {SECONDS}s each")
+    for name, (rps, note) in results.items():
+        print(f"{name:<26} {rps:>9,.0f} req/s  ({note})")
+    ratio = results["paid, verified offline"][0] / results["bare endpoint"][0]
+    print(f"paid / bare: {ratio:.2f} (goal: at least 0.50)")
+
+
+if __name__ == "__main__":
+    main()

@@ -52,6 +52,9 @@ class Subscriptions(Protocol):
 
 class Meter(Protocol):
     async def record(self, subscription_id: str, amount: int) -> None: ...
+    def pending(self, subscription_id: str) -> int:
+        """Usage recorded but not yet deducted on chain."""
+        ...
 
 
 class PaymentGate:
@@ -195,9 +198,9 @@ class PaymentGate:
                 f"the subscription is {view.status}; renew or resubscribe",
             )
             return
-        if entry.metered and (
-            view.allowance_remaining is None or view.allowance_remaining < entry.metered
-        ):
+        pending = self.meter.pending(sub_id) if entry.metered and self.meter else 0
+        remaining = None if view.allowance_remaining is None else view.allowance_remaining - pending
+        if entry.metered and (remaining is None or remaining < entry.metered):
             message = (
                 "the metered allowance is used up: raise the overage limit or upgrade the plan"
             )

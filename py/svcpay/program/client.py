@@ -22,6 +22,7 @@ from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.message import MessageV0
 from solders.pubkey import Pubkey
+from solders.signature import Signature
 from solders.transaction import VersionedTransaction
 from spl.token.instructions import get_associated_token_address
 
@@ -74,28 +75,32 @@ class BillingClient:
 
     async def send(self, ixs: list[Instruction], signers: list[Keypair]) -> Receipt:
         """Sends one transaction (the first signer pays), waits for confirmation."""
-        # The same message under the same blockhash is the same transaction, which a
-        # cluster drops as a duplicate: a deliberate repeat waits for the next blockhash.
+        return await self.send_signed(await self.sign(ixs, signers))
+
+    async def sign(self, ixs: list[Instruction], signers: list[Keypair]) -> VersionedTransaction:
+        """A signed transaction of `ixs` under a recent blockhash (valid about a minute).
+        The same message under the same blockhash is the same transaction, which a cluster
+        drops as a duplicate: a deliberate repeat waits for the next blockhash."""
         while True:
             blockhash = (await self.rpc.get_latest_blockhash(Confirmed)).value.blockhash
             msg = MessageV0.try_compile(signers[0].pubkey(), ixs, [], blockhash)
             if bytes(msg) not in self._sent:
                 self._sent.append(bytes(msg))
-                break
+                return VersionedTransaction(msg, signers)
             await asyncio.sleep(0.1)
-        tx = VersionedTransaction(msg, signers)
+
+    async def send_signed(self, tx: VersionedTransaction) -> Receipt:
+        """Sends `tx`, waits for confirmation, returns its receipt or raises its error."""
         try:
-            sig = (
-                await self.rpc.send_transaction(tx, opts=TxOpts(preflight_commitment=Confirmed))
-            ).value
+            opts = TxOpts(preflight_commitment=Confirmed)
+            sig = (await self.rpc.send_transaction(tx, opts=opts)).value
         except RPCException as e:
             detail = e.args[0] if e.args else e
             data = getattr(detail, "data", None)
             logs = list(getattr(data, "logs", None) or [])
             err = getattr(data, "err", None)
-            raise errors.from_logs_or_error(err) or TransactionError(
-                str(getattr(detail, "message", detail)), logs
-            ) from e
+            message = str(getattr(detail, "message", detail))
+            raise errors.from_logs_or_error(err) or TransactionError(message, logs) from e
         await self.rpc.confirm_transaction(sig, Confirmed)
         tx_info = await self.rpc.get_transaction(
             sig, "json", Confirmed, max_supported_transaction_version=0
@@ -107,6 +112,32 @@ class BillingClient:
         if meta.err is not None:
             raise errors.from_logs_or_error(meta.err) or TransactionError(str(meta.err), logs)
         return Receipt(str(sig), meta.compute_units_consumed or 0, logs, decode_logs(logs))
+
+    async def landed(self, signature: str) -> bool | None:
+        """True if the transaction succeeded on chain, False if it failed there, None if
+        the cluster does not know it (yet, or ever: it may have expired unsent)."""
+        status = (await self.rpc.get_signature_statuses([Signature.from_string(signature)])).value[
+            0
+        ]
+        if status is None:
+            return None
+        return status.err is None
+
+    async def deduct_transaction(
+        self, subscription: Pubkey | str, amount: int, authority: Keypair
+    ) -> VersionedTransaction:
+        """A signed, unsent deduct_allowance (for callers that record it before sending)."""
+        sub = await self._subscription(subscription)
+        ix = instructions.deduct_allowance(
+            authority.pubkey(),
+            sub.plan,
+            sub.subscriber,
+            sub.token_account,
+            sub.terms.mint,
+            sub.terms.destination,
+            amount,
+        )
+        return await self.sign([ix], [authority])
 
     # -- reads ----------------------------------------------------------------------
     async def _data(self, address: Pubkey) -> bytes | None:

@@ -1,0 +1,173 @@
+"""The batching usage meter: one transaction per subscription per flush, nothing lost on a
+crash, and never a double charge when a crash falls between sending and recording."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from solders.keypair import Keypair
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from svcpay.gate import Subscription, payment_gate
+from svcpay.gate import meter as meter_module
+from svcpay.gate.chain import ChainSubscriptions
+from svcpay.gate.meter import BatchingMeter
+from svcpay.gate.pricing import Terms
+from svcpay.localnet.process import Localnet
+from svcpay.program.client import BillingClient
+from svcpay.protocol.memo import Memos
+from svcpay.protocol.replay import MemoryReplayStore
+from tests.support.billing import DAY, USDC
+from tests.support.chain import Chain
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def client(validator: Localnet) -> AsyncIterator[BillingClient]:
+    c = BillingClient.connect(validator.url)
+    yield c
+    await c.close()
+
+
+async def metered_subscription(
+    chain: Chain, client: BillingClient, cap: int = 5 * USDC
+) -> tuple[str, Keypair, str, str]:
+    """(subscription id, billing authority, plan, destination) with a `cap` allowance."""
+    provider, facilitator, subscriber = (
+        chain.funded_keypair(),
+        chain.funded_keypair(),
+        chain.funded_keypair(),
+    )
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    chain.token_account(subscriber.pubkey(), mint, 50 * USDC)
+    plan = await client.create_plan(
+        provider, plan_id=1, mint=mint, destination=destination,
+        billing_authority=facilitator.pubkey(), amount=USDC, period_secs=30 * DAY,
+    )  # fmt: skip
+    sub_id = await client.subscribe(plan, subscriber, max_overage=cap)
+    return str(sub_id), facilitator, str(plan), str(destination)
+
+
+async def used(client: BillingClient, sub_id: str) -> int:
+    allowance = await client.fetch_allowance(sub_id)
+    assert allowance is not None
+    return int(allowance.used)
+
+
+async def test_usage_is_batched_into_one_deduction(
+    chain: Chain, client: BillingClient, tmp_path: Path
+) -> None:
+    sub_id, authority, _, _ = await metered_subscription(chain, client)
+    meter = BatchingMeter(client, authority, tmp_path / "meter.db", max_batch=10)
+    for _ in range(3):
+        await meter.record(sub_id, 200_000)
+    assert (meter.pending(sub_id), await used(client, sub_id)) == (600_000, 0)
+    await meter.flush()
+    assert (meter.pending(sub_id), await used(client, sub_id)) == (0, 600_000)
+
+
+async def test_a_full_batch_flushes_by_itself(
+    chain: Chain, client: BillingClient, tmp_path: Path
+) -> None:
+    sub_id, authority, _, _ = await metered_subscription(chain, client)
+    meter = BatchingMeter(client, authority, tmp_path / "meter.db", max_batch=2)
+    await meter.record(sub_id, 100)
+    await meter.record(sub_id, 100)
+    assert await used(client, sub_id) == 200
+
+
+async def test_usage_survives_a_crash_before_flushing(
+    chain: Chain, client: BillingClient, tmp_path: Path
+) -> None:
+    sub_id, authority, _, _ = await metered_subscription(chain, client)
+    await BatchingMeter(client, authority, tmp_path / "meter.db").record(sub_id, 300)
+    restarted = BatchingMeter(client, authority, tmp_path / "meter.db")
+    await restarted.close()
+    assert await used(client, sub_id) == 300
+
+
+async def test_a_crash_between_sending_and_recording_charges_once(
+    chain: Chain, client: BillingClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sub_id, authority, _, _ = await metered_subscription(chain, client)
+    meter = BatchingMeter(client, authority, tmp_path / "meter.db")
+    await meter.record(sub_id, 400)
+
+    def crash(self: BatchingMeter, batch: int) -> None:
+        raise RuntimeError("process died after the deduction landed")
+
+    monkeypatch.setattr(BatchingMeter, "_finish", crash)
+    with pytest.raises(RuntimeError):
+        await meter.flush()
+    monkeypatch.undo()
+    assert await used(client, sub_id) == 400
+
+    restarted = BatchingMeter(client, authority, tmp_path / "meter.db")
+    await restarted.close()  # recover: the batch landed, so it is not sent again
+    assert (await used(client, sub_id), restarted.pending(sub_id)) == (400, 0)
+
+
+async def test_a_batch_signed_but_never_sent_is_retried_once_it_cannot_land(
+    chain: Chain, client: BillingClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sub_id, authority, _, _ = await metered_subscription(chain, client)
+    meter = BatchingMeter(client, authority, tmp_path / "meter.db")
+    await meter.record(sub_id, 500)
+
+    async def died(tx: object) -> None:
+        raise RuntimeError("process died before sending")
+
+    monkeypatch.setattr(client, "send_signed", died)
+    with pytest.raises(RuntimeError):
+        await meter.flush()
+    monkeypatch.undo()
+    restarted = BatchingMeter(client, authority, tmp_path / "meter.db")
+    await restarted.flush()
+    assert (await used(client, sub_id), restarted.pending(sub_id)) == (0, 500)  # too young to judge
+    monkeypatch.setattr(meter_module, "BLOCKHASH_LIFETIME_SECS", 0)
+    await restarted.flush()
+    assert (await used(client, sub_id), restarted.pending(sub_id)) == (500, 0)
+
+
+async def test_the_gate_counts_pending_usage_against_the_cap(
+    chain: Chain, client: BillingClient, tmp_path: Path
+) -> None:
+    sub_id, authority, plan, destination = await metered_subscription(chain, client, cap=USDC)
+    meter = BatchingMeter(client, authority, tmp_path / "meter.db", max_batch=100)
+
+    async def process(request: Request) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    gate = payment_gate(
+        Starlette(routes=[Route("/v1/process", process, methods=["POST"])]),
+        pricing={"/v1/process": [Subscription(plan, USDC, 30 * DAY, metered=USDC // 2)]},
+        terms=Terms(pay_to=destination, token=str(Keypair().pubkey())),
+        memos=Memos(b"meter-memo-secret-0123456789"),
+        trusted_facilitators=set(),
+        replay=MemoryReplayStore(),
+        subscriptions=ChainSubscriptions(client, ttl=60),
+        meter=meter,
+    )
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=gate), base_url="http://api"
+    ) as api:
+        codes = [
+            (await api.post("/v1/process", headers={"X-Svc-Sub": sub_id})).status_code
+            for _ in range(3)
+        ]
+    assert codes == [200, 200, 402]  # the cap holds before anything is deducted on chain
+    await meter.close()
+    assert await used(client, sub_id) == USDC

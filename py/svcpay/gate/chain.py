@@ -53,3 +53,6 @@ class ChainMeter:
 
     async def record(self, subscription_id: str, amount: int) -> None:
         await self.client.deduct_allowance(subscription_id, amount, self.authority)
+
+    def pending(self, subscription_id: str) -> int:
+        return 0  # deducted before record() returns

@@ -185,3 +185,54 @@ async def test_the_facilitator_refuses_what_it_should_not_sign(world: World) -> 
     ] == "InvalidTransaction"
     assert (await world.facilitator.post("/authorize", content=b"{{")).status_code == 400
     assert world.chain.token_state(world.destination)["amount"] == 0  # type: ignore[arg-type]
+
+
+async def test_the_facilitator_verifies_its_proofs_and_the_gate_can_ask_it(world: World) -> None:
+    from svcpay.protocol.proof import PaymentProof
+    from svcpay.protocol.verify import FacilitatorVerifier
+
+    terms = PaymentRequired.parse((await world.api.get("/v1/data")).content)
+    option = terms.accepts[0]
+    tx = await build_payment(world.rpc, world.wallet, option, world.fee_payer.pubkey())
+    body = {
+        "signedPayment": base64.b64encode(tx).decode(),
+        "paymentRequirements": option.to_json_dict(),
+    }
+    proof = PaymentProof.model_validate(
+        (await world.facilitator.post("/authorize", json=body)).json()
+    )
+
+    verifier = FacilitatorVerifier(world.facilitator)
+    assert await verifier.check(proof) is None
+    forged = proof.model_copy(update={"amount": str(PRICE * 10)})
+    assert await verifier.check(forged) == "the proof was not signed by this facilitator"
+    unsettled = proof.model_copy(update={"transaction": str(Keypair().sign_message(b"never sent"))})
+    assert (
+        await verifier.check(unsettled.signed_by(world.fee_payer))
+        == "the proof's transaction did not succeed on chain"
+    )
+    bad = await world.facilitator.post("/verify", json={"proof": {"amount": "x"}})
+    assert bad.status_code == 400 and bad.json()["error"] == "InvalidRequest"
+
+
+async def test_a_gate_verifying_through_the_facilitator_serves_the_payer(world: World) -> None:
+    from svcpay.protocol.verify import FacilitatorVerifier
+
+    async def data(request: Request) -> JSONResponse:
+        return JSONResponse({"verified": "remotely"})
+
+    mint = world.chain.token_state(world.wallet_token)["mint"]  # type: ignore[arg-type]
+    gate = payment_gate(
+        Starlette(routes=[Route("/v1/data", data)]),
+        pricing={"/v1/data": [OneTime(PRICE)]},
+        terms=Terms(pay_to=str(world.destination), token=str(mint)),
+        memos=Memos(b"remote-memo-secret-0123456789"),
+        trusted_facilitators={str(world.fee_payer.pubkey())},
+        replay=MemoryReplayStore(),
+        remote=FacilitatorVerifier(world.facilitator),
+    )
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=gate), base_url="http://api"
+    ) as api:
+        reply = await api.get("/v1/data", auth=world.auth())
+    assert (reply.status_code, reply.json()) == (200, {"verified": "remotely"})

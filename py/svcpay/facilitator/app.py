@@ -1,4 +1,5 @@
-"""The facilitator's HTTP API (so far): POST /authorize, GET /supported, GET /health.
+"""The facilitator's HTTP API (so far): POST /authorize, POST /verify, GET /supported,
+GET /health.
 
 `POST /authorize` takes `{"signedPayment": base64 transaction, "paymentRequirements": the
 402 option the client pays}` and answers 200 with the proof, or 4xx `{error, message}`.
@@ -19,6 +20,7 @@ from starlette.routing import Route
 from svcpay.facilitator.settlement import SettlementError, Settler
 from svcpay.protocol.headers import SCHEME_EXACT
 from svcpay.protocol.models import PaymentOption, ProtocolError, parse_model
+from svcpay.protocol.proof import PaymentProof
 
 MAX_BODY = 64 * 1024
 
@@ -55,6 +57,18 @@ def create_app(settler: Settler) -> Starlette:
             return error(e.status, e.name, e.message)
         return JSONResponse(proof.to_json_dict())
 
+    async def verify(request: Request) -> JSONResponse:
+        """`{"proof": {...}}` -> `{"valid": bool, "reason": str}`: the proof is this
+        facilitator's, unexpired, and its transaction succeeded on chain."""
+        try:
+            body = json.loads(await request.body())
+            proof = parse_model(PaymentProof, body.get("proof") if isinstance(body, dict) else None)
+        except ValueError as e:
+            why = e.reason if isinstance(e, ProtocolError) else "the body must be JSON"
+            return error(400, "InvalidRequest", why)
+        reason = await settler.check_proof(proof)
+        return JSONResponse({"valid": reason is None, "reason": reason or ""})
+
     async def supported(request: Request) -> JSONResponse:
         return JSONResponse(
             {
@@ -70,6 +84,7 @@ def create_app(settler: Settler) -> Starlette:
     return Starlette(
         routes=[
             Route("/authorize", authorize, methods=["POST"]),
+            Route("/verify", verify, methods=["POST"]),
             Route("/supported", supported),
             Route("/health", health),
         ]

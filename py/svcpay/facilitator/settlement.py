@@ -20,6 +20,7 @@ from solana.rpc.types import TxOpts
 from solders.keypair import Keypair
 from solders.message import to_bytes_versioned
 from solders.pubkey import Pubkey
+from solders.signature import Signature
 from solders.transaction import VersionedTransaction
 
 from svcpay.protocol.models import PaymentOption
@@ -86,6 +87,24 @@ class Settler:
             ).signed_by(self.fee_payer)
             self._done[key] = proof
             return proof
+
+    async def check_proof(self, proof: PaymentProof) -> str | None:
+        """None if `proof` is one this facilitator signed, unexpired, for a transaction that
+        succeeded on chain; otherwise the reason."""
+        if proof.facilitator != str(self.fee_payer.pubkey()) or not proof.signature_valid():
+            return "the proof was not signed by this facilitator"
+        if proof.expires_at < int(time.time()):
+            return "the proof has expired"
+        try:
+            sig = Signature.from_string(proof.transaction)
+        except ValueError:
+            return "the proof names no valid transaction"
+        status = (
+            await self.rpc.get_signature_statuses([sig], search_transaction_history=True)
+        ).value[0]
+        if status is None or status.err is not None:
+            return "the proof's transaction did not succeed on chain"
+        return None
 
     def _check(self, tx: VersionedTransaction, option: PaymentOption) -> Pubkey:
         msg = tx.message

@@ -28,7 +28,7 @@ from svcpay.protocol.memo import Memos
 from svcpay.protocol.models import PaymentOption, ProtocolError
 from svcpay.protocol.proof import parse_payment_proof
 from svcpay.protocol.replay import ReplayStore
-from svcpay.protocol.verify import verify_payment_proof_reason
+from svcpay.protocol.verify import RemoteVerifier, verify_payment_proof_reason
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -69,7 +69,10 @@ class PaymentGate:
         replay: ReplayStore,
         subscriptions: Subscriptions | None = None,
         meter: Meter | None = None,
+        remote: RemoteVerifier | None = None,
     ) -> None:
+        """`remote` (e.g. FacilitatorVerifier) replaces the offline signature check with
+        the facilitator's POST /verify; memo and replay checks stay here."""
         if (
             any(isinstance(e, Subscription) for p in routes.values() for e in p)
             and subscriptions is None
@@ -87,6 +90,7 @@ class PaymentGate:
         self.trusted = frozenset(trusted_facilitators)
         self.subscriptions, self.meter = subscriptions, meter
         self._options: dict[OneTime, PaymentOption] = {}
+        self.remote = remote
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -142,6 +146,7 @@ class PaymentGate:
             trusted_facilitators=self.trusted,
             memos=self.memos,
             replay=self.replay,
+            remote=self.remote,
         )
         if not verdict.ok:
             await self._payment_required(

@@ -5,6 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Protocol
+
+import httpx
 
 from svcpay.protocol.memo import Memos, MemoTerms
 from svcpay.protocol.models import PaymentOption
@@ -12,6 +15,34 @@ from svcpay.protocol.proof import PaymentProof
 from svcpay.protocol.replay import ReplayStore
 
 CLOCK_SKEW_SECS = 60
+
+
+class RemoteVerifier(Protocol):
+    async def check(self, proof: PaymentProof) -> str | None:
+        """None if the facilitator vouches for `proof`, else its reason."""
+        ...
+
+
+class FacilitatorVerifier:
+    """Verification through the facilitator's `POST /verify` (instead of the offline
+    signature check): it also confirms the settled transaction succeeded on chain."""
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http  # with base_url = the facilitator's URL
+
+    async def check(self, proof: PaymentProof) -> str | None:
+        try:
+            reply = await self.http.post("/verify", json={"proof": proof.to_json_dict()})
+            body = reply.json()
+        except (httpx.HTTPError, ValueError):
+            return "the facilitator could not be asked to verify the proof"
+        if reply.status_code != 200 or not isinstance(body, dict):
+            return f"the facilitator refused to verify the proof ({reply.status_code})"
+        return (
+            None
+            if body.get("valid") is True
+            else str(body.get("reason") or "rejected by the facilitator")
+        )
 
 
 @dataclass(frozen=True)
@@ -29,6 +60,7 @@ async def verify_payment_proof_reason(
     memos: Memos,
     replay: ReplayStore,
     now: int | None = None,
+    remote: RemoteVerifier | None = None,
 ) -> Verdict:
     """Checks, cheapest first: trusted signer and signature, network, payTo, token, amount
     (at least the price), the memo this server issued for `resource`, validity times, and
@@ -36,7 +68,10 @@ async def verify_payment_proof_reason(
     now = int(time.time()) if now is None else now
     if proof.facilitator not in trusted_facilitators:
         return Verdict(False, "the proof is signed by a facilitator this server does not trust")
-    if not proof.signature_valid():
+    if remote is not None:
+        if why := await remote.check(proof):
+            return Verdict(False, why)
+    elif not proof.signature_valid():
         return Verdict(False, "the proof's signature does not verify")
     for field, want, got in (
         ("network", terms.network, proof.network),

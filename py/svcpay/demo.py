@@ -7,9 +7,13 @@ Each step prints what was sent, what changed on chain, and the compute units it 
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from decimal import Decimal
 
+from solders.keypair import Keypair
+
+from svcpay import demo_http
 from svcpay.localnet.chain import Chain, TxResult
 from svcpay.localnet.process import LocalnetError, ProgramBinaryMissing, localnet
 from svcpay.program import errors, instructions, pda
@@ -38,14 +42,26 @@ def main() -> int:
     try:
         with localnet() as node:
             print(f"svcpay demo: local validator ({node.kind}) at {node.url}")
-            walkthrough(Chain(node.url, node.can_time_travel))
+            chain = Chain(node.url, node.can_time_travel)
+            provider, client = walkthrough(chain)
+            asyncio.run(demo_http.run(chain, node.url, provider, client))
+            balances(chain, provider, client)
     except (ProgramBinaryMissing, LocalnetError) as e:
         print(f"demo: {e}", file=sys.stderr)
         return 1
     return 0
 
 
-def walkthrough(chain: Chain) -> None:
+def balances(chain: Chain, provider: demo_http.Provider, client: Keypair) -> None:
+    step("Balances")
+    wallet = demo_http.chain_token(client, provider.mint)
+    print(
+        f"   client {usdc(chain.token_state(wallet)['amount'])}, "
+        f"provider {usdc(chain.token_state(provider.destination)['amount'])}"
+    )
+
+
+def walkthrough(chain: Chain) -> tuple[demo_http.Provider, Keypair]:
     provider, facilitator, client = (chain.funded_keypair() for _ in range(3))
     mint = chain.create_mint(decimals=6)
     destination = chain.token_account(provider.pubkey(), mint)
@@ -87,12 +103,7 @@ def walkthrough(chain: Chain) -> None:
             print(f"   → the cap is reached: a gate answers 402 AllowanceExhausted ({refused})")
             break
 
-    step("Balances")
-    print(
-        f"   client {usdc(chain.token_state(wallet)['amount'])}, "
-        f"provider {usdc(chain.token_state(destination)['amount'])}"
-    )
-    print("\nThe HTTP 402 gate, paying client and facilitator are the next steps (issues 5-7).")
+    return demo_http.Provider(provider, facilitator, mint, destination, plan), client
 
 
 if __name__ == "__main__":

@@ -1,0 +1,57 @@
+"""Billing crank throughput on the local validator (scripts/bench-crank): N subscriptions
+fall due, one crank run collects them; prints subscriptions per second and transactions.
+Setup (N subscribers) is not timed. Prints numbers; asserts nothing."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+from svcpay.facilitator.crank import run_once
+from svcpay.localnet.chain import Chain
+from svcpay.localnet.process import localnet
+from svcpay.program import instructions, pda
+from svcpay.program.client import BillingClient
+
+USDC, PERIOD = 10**6, 30 * 86_400
+
+
+async def main(n: int) -> None:
+    with localnet() as node:
+        chain = Chain(node.url, node.can_time_travel)
+        provider, facilitator = chain.funded_keypair(), chain.funded_keypair(10**12)
+        mint = chain.create_mint()
+        dest = chain.token_account(provider.pubkey(), mint)
+        ix = instructions.create_plan(
+            provider.pubkey(), 1, mint, dest, facilitator.pubkey(), USDC, PERIOD, 0
+        )
+        chain.send_ok([ix], [provider])
+        plan = pda.plan_address(provider.pubkey(), 1)
+        start = time.perf_counter()
+        for i in range(n):
+            kp = chain.funded_keypair(10**8)
+            wallet = chain.token_account(kp.pubkey(), mint, 3 * USDC)
+            chain.send_ok([instructions.subscribe(plan, kp.pubkey(), wallet, mint, dest)], [kp])
+            if (i + 1) % 500 == 0:
+                print(
+                    f"  setup: {i + 1}/{n} subscribers ({time.perf_counter() - start:.0f}s)",
+                    flush=True,
+                )
+        later = chain.unix_timestamp() + PERIOD
+        chain.advance_to(later)
+        client = BillingClient.connect(node.url)
+        t0 = time.perf_counter()
+        summary = await run_once(client, facilitator, plan, now=later)
+        elapsed = time.perf_counter() - t0
+        await client.close()
+    print(f"{n} due subscriptions: {summary.renewed} renewed in {elapsed:.1f}s "
+          f"({summary.renewed / elapsed:,.0f}/s), {summary.transactions} transactions "
+          f"({summary.renewed / max(summary.transactions, 1):.1f} renewals each), "
+          f"{summary.skipped} skipped")  # fmt: skip
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=1000)
+    asyncio.run(main(parser.parse_args().n))

@@ -1,0 +1,114 @@
+"""The billing crank: many renewals per transaction, failures recorded, racing cranks safe."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from svcpay.facilitator.crank import CrankSummary, _size, pack, run_once
+from svcpay.localnet.process import Localnet
+from svcpay.program.client import BillingClient, status_name
+from tests.support.billing import DAY, USDC
+from tests.support.chain import Chain
+
+pytestmark = pytest.mark.anyio
+PERIOD = 30 * DAY
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def client(validator: Localnet) -> AsyncIterator[BillingClient]:
+    c = BillingClient.connect(validator.url)
+    yield c
+    await c.close()
+
+
+async def subscribers(
+    chain: Chain, client: BillingClient, n: int, broke: int = 0
+) -> tuple[Pubkey, Keypair, list[Pubkey]]:
+    """A plan with `n` subscribers who can pay the renewal and `broke` who cannot."""
+    provider, facilitator = chain.funded_keypair(), chain.funded_keypair()
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    plan = await client.create_plan(
+        provider, plan_id=1, mint=mint, destination=destination,
+        billing_authority=facilitator.pubkey(), amount=USDC, period_secs=PERIOD, grace_secs=DAY,
+    )  # fmt: skip
+    subs = []
+    for i in range(n + broke):
+        kp = chain.funded_keypair()
+        chain.token_account(kp.pubkey(), mint, 2 * USDC if i < n else USDC)
+        subs.append(await client.subscribe(plan, kp, max_overage=USDC if i % 3 == 0 else None))
+    return plan, facilitator, subs
+
+
+def test_packing_stays_within_the_transaction_size_limit() -> None:
+    from svcpay.program import instructions
+
+    payer = Keypair().pubkey()
+    items = [
+        (
+            Pubkey.new_unique(),
+            instructions.collect(
+                *(Pubkey.new_unique() for _ in range(5)), has_allowance=i % 2 == 0
+            ),
+        )
+        for i in range(20)
+    ]
+    groups = pack(items, payer)
+    assert sum(len(g) for g in groups) == 20 and len(groups) < 20
+    assert all(_size([ix for _, ix in g], payer) <= 1232 for g in groups)
+
+
+async def test_a_run_renews_every_due_subscription_and_records_failures(
+    chain: Chain, client: BillingClient
+) -> None:
+    if not chain.can_time_travel:
+        pytest.skip("needs the drop-in validator's time travel")
+    plan, facilitator, subs = await subscribers(chain, client, n=7, broke=1)
+    assert (await run_once(client, facilitator, plan, now=chain.unix_timestamp())).due == 0
+
+    later = chain.unix_timestamp() + PERIOD
+    chain.advance_to(later)
+    seen: list[int] = []
+    summary = await run_once(
+        client, facilitator, plan, now=later, progress=lambda s: seen.append(s.transactions)
+    )
+
+    assert (summary.due, summary.renewed, summary.renewal_failed, summary.skipped) == (8, 7, 1, 0)
+    assert summary.collected == 7 * USDC
+    assert summary.transactions < 8 and seen == list(range(1, summary.transactions + 1))
+    states = [status_name(s) for s in [await client.fetch_subscription(k) for k in subs] if s]
+    assert sorted(states) == ["Active"] * 7 + ["PastDue"]
+    left = await client.due_subscriptions(plan, now=later)
+    assert [status_name(s) for _, s in left] == ["PastDue"]  # retried on the next run
+
+
+async def test_racing_cranks_charge_each_subscription_once(
+    chain: Chain, client: BillingClient, validator: Localnet
+) -> None:
+    if not chain.can_time_travel:
+        pytest.skip("needs the drop-in validator's time travel")
+    plan, facilitator, subs = await subscribers(chain, client, n=6)
+    later = chain.unix_timestamp() + PERIOD
+    chain.advance_to(later)
+    other = BillingClient.connect(validator.url)
+    second_payer = chain.funded_keypair()
+    first, second = await asyncio.gather(
+        run_once(client, facilitator, plan, now=later),
+        run_once(other, second_payer, plan, now=later),
+    )
+    await other.close()
+    total = CrankSummary(renewed=first.renewed + second.renewed)
+    assert total.renewed == 6
+    for key in subs:
+        sub = await client.fetch_subscription(key)
+        assert sub is not None and sub.cycles_billed == 2 and sub.total_paid == 2 * USDC

@@ -20,6 +20,8 @@ USDC, PERIOD = 10**6, 30 * 86_400
 async def main(n: int) -> None:
     with localnet() as node:
         chain = Chain(node.url, node.can_time_travel)
+        # The payer creates every token account (about 2.04M lamports of rent each).
+        chain.rpc("requestAirdrop", str(chain.payer.pubkey()), n * 3_000_000)
         provider, facilitator = chain.funded_keypair(), chain.funded_keypair(10**12)
         mint = chain.create_mint()
         dest = chain.token_account(provider.pubkey(), mint)

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from svcpay.localnet.process import Localnet, localnet
+from svcpay.program.client import BillingClient
 from tests.support.billing import Billing
 from tests.support.chain import Chain
 
@@ -25,3 +26,17 @@ def chain(validator: Localnet) -> Chain:
 @pytest.fixture
 def billing(chain: Chain) -> Billing:
     return Billing(chain)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Async tests (marked anyio) run on asyncio."""
+    return "asyncio"
+
+
+@pytest.fixture
+async def client(validator: Localnet) -> AsyncIterator[BillingClient]:
+    """The async toolkit client, connected to the session's validator."""
+    c = BillingClient.connect(validator.url)
+    yield c
+    await c.close()

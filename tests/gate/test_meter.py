@@ -3,7 +3,6 @@ crash, and never a double charge when a crash falls between sending and recordin
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -19,7 +18,6 @@ from svcpay.gate import meter as meter_module
 from svcpay.gate.chain import ChainSubscriptions
 from svcpay.gate.meter import BatchingMeter
 from svcpay.gate.pricing import Terms
-from svcpay.localnet.process import Localnet
 from svcpay.program.client import BillingClient
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.replay import MemoryReplayStore
@@ -27,18 +25,6 @@ from tests.support.billing import DAY, USDC
 from tests.support.chain import Chain
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def client(validator: Localnet) -> AsyncIterator[BillingClient]:
-    c = BillingClient.connect(validator.url)
-    yield c
-    await c.close()
 
 
 async def metered_subscription(

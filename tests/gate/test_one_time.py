@@ -27,11 +27,6 @@ TERMS = Terms(pay_to=str(Pubkey.new_unique()), token=str(Pubkey.new_unique()))
 PRICE = 500_000
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def make_app() -> Starlette:
     calls = {"flaky": 0}
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import httpx
 import pytest
 from solders.keypair import Keypair
@@ -15,7 +13,6 @@ from starlette.routing import Route
 from svcpay.gate import Subscription, payment_gate
 from svcpay.gate.chain import ChainMeter, ChainSubscriptions
 from svcpay.gate.pricing import Terms
-from svcpay.localnet.process import Localnet
 from svcpay.program.client import BillingClient
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.replay import MemoryReplayStore
@@ -24,18 +21,6 @@ from tests.support.chain import Chain
 
 pytestmark = pytest.mark.anyio
 PERIOD = 30 * DAY
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def client(validator: Localnet) -> AsyncIterator[BillingClient]:
-    c = BillingClient.connect(validator.url)
-    yield c
-    await c.close()
 
 
 async def handler(request: Request) -> JSONResponse:

@@ -33,11 +33,6 @@ pytestmark = pytest.mark.anyio
 PRICE = USDC // 2
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @dataclass
 class World:
     chain: Chain
@@ -102,14 +97,18 @@ async def test_the_client_pays_once_and_is_served(world: World) -> None:
     )  # the facilitator paid the fee
 
 
-async def test_the_same_signed_payment_twice_settles_once(world: World) -> None:
-    terms = PaymentRequired.parse((await world.api.get("/v1/data")).content)
-    option = terms.accepts[0]
+async def signed_payment(world: World) -> dict[str, object]:
+    """An /authorize body: the wallet's signed transfer for fresh terms of /v1/data."""
+    option = PaymentRequired.parse((await world.api.get("/v1/data")).content).accepts[0]
     tx = await build_payment(world.rpc, world.wallet, option, world.fee_payer.pubkey())
-    body = {
+    return {
         "signedPayment": base64.b64encode(tx).decode(),
         "paymentRequirements": option.to_json_dict(),
     }
+
+
+async def test_the_same_signed_payment_twice_settles_once(world: World) -> None:
+    body = await signed_payment(world)
     first, second = (
         await world.facilitator.post("/authorize", json=body),
         await world.facilitator.post("/authorize", json=body),
@@ -191,13 +190,7 @@ async def test_the_facilitator_verifies_its_proofs_and_the_gate_can_ask_it(world
     from svcpay.protocol.proof import PaymentProof
     from svcpay.protocol.verify import FacilitatorVerifier
 
-    terms = PaymentRequired.parse((await world.api.get("/v1/data")).content)
-    option = terms.accepts[0]
-    tx = await build_payment(world.rpc, world.wallet, option, world.fee_payer.pubkey())
-    body = {
-        "signedPayment": base64.b64encode(tx).decode(),
-        "paymentRequirements": option.to_json_dict(),
-    }
+    body = await signed_payment(world)
     proof = PaymentProof.model_validate(
         (await world.facilitator.post("/authorize", json=body)).json()
     )

@@ -26,11 +26,6 @@ from tests.support.chain import Chain
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def resource(request: Request) -> JSONResponse:
     return JSONResponse({"resource": True})
 

@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from svcpay.localnet.process import Localnet
 from svcpay.program import errors
 from svcpay.program.client import BillingClient, status_name
 from tests.support.billing import DAY, USDC
 from tests.support.chain import Chain
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def client(validator: Localnet) -> AsyncIterator[BillingClient]:
-    c = BillingClient.connect(validator.url)
-    yield c
-    await c.close()
 
 
 async def provider_plan(

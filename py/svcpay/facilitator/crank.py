@@ -22,7 +22,6 @@ from solders.pubkey import Pubkey
 from svcpay.program import instructions
 from svcpay.program.client import BillingClient, Receipt, TransactionError
 from svcpay.program.errors import ProgramError
-from svcpay.program.generated.accounts.subscription import Subscription
 
 log = logging.getLogger("svcpay.crank")
 MAX_TX_BYTES = 1232  # Solana's packet limit for a serialized transaction
@@ -49,17 +48,6 @@ class CrankSummary:
                 self.renewal_failed += 1
             elif event.name == "SubscriptionEnded":
                 self.ended += 1
-
-
-def collect_ix(subscription: Subscription) -> Instruction:
-    return instructions.collect(
-        subscription.plan,
-        subscription.subscriber,
-        subscription.token_account,
-        subscription.terms.mint,
-        subscription.terms.destination,
-        subscription.has_allowance,
-    )
 
 
 def pack(
@@ -92,7 +80,9 @@ async def run_once(
     summary = CrankSummary()
     due = await client.due_subscriptions(plan, now)
     summary.due = len(due)
-    for group in pack([(key, collect_ix(sub)) for key, sub in due], payer.pubkey()):
+    for group in pack(
+        [(key, instructions.collect_subscription(sub)) for key, sub in due], payer.pubkey()
+    ):
         try:
             summary.absorb(await client.send([ix for _, ix in group], [payer]))
         except (ProgramError, TransactionError) as e:

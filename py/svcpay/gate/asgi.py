@@ -155,7 +155,7 @@ class PaymentGate:
             return
         status = await self._run(scope, receive, send)
         if status is None or status >= 400:
-            await self.replay.release(f"{proof.network}:{proof.transaction}")
+            await self.replay.release(proof.replay_key)
 
     async def _subscriber(
         self,

@@ -50,6 +50,16 @@ class BatchingMeter:
         self._task: asyncio.Task[None] | None = None
         with closing(self._db()) as db:
             db.executescript(SCHEMA)
+        # In memory (one meter per database file), so the gate's per-request check and
+        # `record` do no extra reads: usage not yet settled per subscription, and uses not
+        # yet in a batch.
+        self._pending: dict[str, int] = {
+            str(sub): int(total)
+            for sub, total in self._query(
+                "SELECT subscription, SUM(amount) FROM usage GROUP BY subscription"
+            )
+        }
+        self._unbatched = int(self._query("SELECT COUNT(*) FROM usage WHERE batch IS NULL")[0][0])
 
     def _db(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
@@ -67,18 +77,14 @@ class BatchingMeter:
             "INSERT INTO usage (subscription, amount) VALUES (?, ?)",
             (subscription_id, amount),
         )
-        rows = await asyncio.to_thread(
-            self._query, "SELECT COUNT(*) FROM usage WHERE batch IS NULL"
-        )
-        if int(rows[0][0]) >= self.max_batch:
+        self._pending[subscription_id] = self._pending.get(subscription_id, 0) + amount
+        self._unbatched += 1
+        if self._unbatched >= self.max_batch:
             await self.flush()
 
     def pending(self, subscription_id: str) -> int:
         """Usage recorded but not yet confirmed on chain, base units."""
-        rows = self._query(
-            "SELECT COALESCE(SUM(amount), 0) FROM usage WHERE subscription = ?", (subscription_id,)
-        )
-        return int(rows[0][0])
+        return self._pending.get(subscription_id, 0)
 
     async def recover(self) -> None:
         """Settles batches a previous run sent (or tried to) before it stopped."""
@@ -99,6 +105,8 @@ class BatchingMeter:
                 "SELECT DISTINCT subscription FROM usage WHERE batch IS NULL"
             ):
                 await self._flush_one(str(sub))
+            rows = self._query("SELECT COUNT(*) FROM usage WHERE batch IS NULL")
+            self._unbatched = int(rows[0][0])
 
     async def _flush_one(self, subscription_id: str) -> None:
         with closing(self._db()) as db:
@@ -135,6 +143,12 @@ class BatchingMeter:
     def _finish(self, batch: int) -> None:
         with closing(self._db()) as db:
             db.execute("BEGIN IMMEDIATE")
+            row = db.execute(
+                "SELECT subscription, total FROM batches WHERE id = ?", (batch,)
+            ).fetchone()
+            if row is not None:
+                sub, total = str(row[0]), int(row[1])
+                self._pending[sub] = self._pending.get(sub, 0) - total
             db.execute("DELETE FROM usage WHERE batch = ?", (batch,))
             db.execute("DELETE FROM batches WHERE id = ?", (batch,))
             db.execute("COMMIT")

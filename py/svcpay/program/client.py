@@ -287,31 +287,14 @@ class BillingClient:
         """Renews if due; the receipt carries SubscriptionRenewed, RenewalFailed or
         SubscriptionEnded."""
         sub = await self._subscription(subscription)
-        ix = instructions.collect(
-            sub.plan,
-            sub.subscriber,
-            sub.token_account,
-            sub.terms.mint,
-            sub.terms.destination,
-            sub.has_allowance,
-        )
-        return await self.send([ix], [payer])
+        return await self.send([instructions.collect_subscription(sub)], [payer])
 
     async def deduct_allowance(
         self, subscription: Pubkey | str, amount: int, authority: Keypair
     ) -> Receipt:
         """Charges metered usage; raises AllowanceExhausted past the cap."""
-        sub = await self._subscription(subscription)
-        ix = instructions.deduct_allowance(
-            authority.pubkey(),
-            sub.plan,
-            sub.subscriber,
-            sub.token_account,
-            sub.terms.mint,
-            sub.terms.destination,
-            amount,
-        )
-        return await self.send([ix], [authority])
+        tx = await self.deduct_transaction(subscription, amount, authority)
+        return await self.send_signed(tx)
 
     async def _subscription(self, subscription: Pubkey | str) -> Subscription:
         sub = await self.fetch_subscription(subscription)

@@ -10,6 +10,7 @@ from solders.pubkey import Pubkey
 
 from svcpay.program import pda
 from svcpay.program.generated import instructions as gen
+from svcpay.program.generated.accounts.subscription import Subscription
 from svcpay.program.generated.types.create_plan_args import CreatePlanArgs
 from svcpay.program.generated.types.subscribe_args import SubscribeArgs
 from svcpay.program.generated.types.update_plan_args import UpdatePlanArgs
@@ -116,6 +117,18 @@ def collect(
             "mint": mint,
             "delegate": pda.delegate_address(subscriber),
         },
+    )
+
+
+def collect_subscription(subscription: Subscription) -> Instruction:
+    """`collect` for a fetched subscription account (every account taken from it)."""
+    return collect(
+        subscription.plan,
+        subscription.subscriber,
+        subscription.token_account,
+        subscription.terms.mint,
+        subscription.terms.destination,
+        subscription.has_allowance,
     )
 
 

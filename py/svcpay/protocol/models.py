@@ -45,6 +45,13 @@ def check_address(value: str, field: str) -> str:
     return value
 
 
+def check_version(value: str) -> str:
+    if value not in SUPPORTED_VERSIONS:
+        supported = ", ".join(SUPPORTED_VERSIONS)
+        raise ValueError(f"unsupported version {value!r}; supported: {supported}")
+    return value
+
+
 def check_amount(value: str) -> str:
     if not (isinstance(value, str) and value.isdigit() and value.isascii()):
         raise ValueError('amount must be a decimal string of base units, e.g. "500000"')
@@ -131,11 +138,7 @@ class PaymentRequired(Model):
     @field_validator("version")
     @classmethod
     def _version(cls, v: str) -> str:
-        if v not in SUPPORTED_VERSIONS:
-            raise ValueError(
-                f"unsupported version {v!r}; supported: {', '.join(SUPPORTED_VERSIONS)}"
-            )
-        return v
+        return check_version(v)
 
     @classmethod
     def parse(cls, raw: bytes | str) -> PaymentRequired:

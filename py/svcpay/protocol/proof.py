@@ -18,8 +18,15 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
-from svcpay.protocol.headers import MAX_HEADER_BYTES, PROTOCOL_VERSION, SUPPORTED_VERSIONS
-from svcpay.protocol.models import Model, ProtocolError, check_address, check_amount, parse_model
+from svcpay.protocol.headers import MAX_HEADER_BYTES, PROTOCOL_VERSION
+from svcpay.protocol.models import (
+    Model,
+    ProtocolError,
+    check_address,
+    check_amount,
+    check_version,
+    parse_model,
+)
 
 DOMAIN = b"svcpay-proof-v1:"
 
@@ -41,11 +48,7 @@ class PaymentProof(Model):
     @field_validator("version")
     @classmethod
     def _version(cls, v: str) -> str:
-        if v not in SUPPORTED_VERSIONS:
-            raise ValueError(
-                f"unsupported version {v!r}; supported: {', '.join(SUPPORTED_VERSIONS)}"
-            )
-        return v
+        return check_version(v)
 
     @field_validator("payer", "pay_to", "token", "facilitator")
     @classmethod
@@ -77,6 +80,11 @@ class PaymentProof(Model):
         except ValueError:
             return False
         return sig.verify(key, self.signing_bytes())
+
+    @property
+    def replay_key(self) -> str:
+        """What a replay store claims: the settled transaction on its network."""
+        return f"{self.network}:{self.transaction}"
 
     def to_header(self) -> str:
         return base64.b64encode(

@@ -89,9 +89,7 @@ async def verify_payment_proof_reason(
         return Verdict(False, "the proof is issued in the future")
     if proof.expires_at < now:
         return Verdict(False, "the proof has expired")
-    if not await replay.claim(
-        f"{proof.network}:{proof.transaction}", proof.expires_at + CLOCK_SKEW_SECS
-    ):
+    if not await replay.claim(proof.replay_key, proof.expires_at + CLOCK_SKEW_SECS):
         return Verdict(False, "the proof was already used")
     return Verdict(True)
 

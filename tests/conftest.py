@@ -8,6 +8,7 @@ from svcpay.localnet.process import Localnet, localnet
 from svcpay.program.client import BillingClient
 from tests.support.billing import Billing
 from tests.support.chain import Chain
+from tests.support.pg_fixture import postgres_url  # noqa: F401  (a session fixture)
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import tempfile
 from dataclasses import dataclass
 
 import httpx
@@ -26,7 +27,8 @@ from starlette.routing import Route
 from svcpay.amounts import format_amount
 from svcpay.client import PaymentAuth
 from svcpay.facilitator.app import create_app
-from svcpay.facilitator.settlement import Settler
+from svcpay.facilitator.config import FacilitatorConfig
+from svcpay.facilitator.service import Facilitator
 from svcpay.gate import OneTime, Subscription, payment_gate
 from svcpay.gate.chain import ChainMeter, ChainSubscriptions
 from svcpay.gate.pricing import Terms
@@ -62,9 +64,17 @@ async def api_handler(request: Request) -> JSONResponse:
 async def run(chain: Chain, url: str, provider: Provider, client: Keypair) -> None:
     billing = BillingClient.connect(url)
     rpc = AsyncClient(url, commitment=Confirmed)
-    settler = Settler(rpc, provider.facilitator, network="solana-mainnet")
+    tmp = tempfile.TemporaryDirectory(prefix="svcpay-demo-")
+    service = Facilitator(
+        FacilitatorConfig(
+            keypair=provider.facilitator,
+            rpc_url=url,
+            database_url=f"sqlite:///{tmp.name}/facilitator.db",
+        )
+    )
     facilitator = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=create_app(settler)), base_url="http://facilitator"
+        transport=httpx.ASGITransport(app=create_app(service, background=False)),
+        base_url="http://facilitator",
     )
     plan = str(provider.plan)
     gate = payment_gate(
@@ -127,6 +137,8 @@ async def run(chain: Chain, url: str, provider: Provider, client: Keypair) -> No
         reply = await api.post("/v1/process", headers={"X-Svc-Sub": sub_id})
         print(f"   after raising the cap by 1 USDC -> {reply.status_code}")
     await facilitator.aclose()
+    await service.aclose()
+    tmp.cleanup()
     await billing.close()
     await rpc.close()
 

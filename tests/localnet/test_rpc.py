@@ -70,7 +70,8 @@ def test_processed_transactions_are_in_the_history(chain: Chain) -> None:
         TransferParams(from_pubkey=chain.payer.pubkey(), to_pubkey=receiver, lamports=10**6)
     )
     result = chain.send_ok([ix], [chain.payer])
-    tx = chain.rpc("getTransaction", result.signature, {"encoding": "json"})
+    config = {"encoding": "json", "maxSupportedTransactionVersion": 0}
+    tx = chain.rpc("getTransaction", result.signature, config)
     assert tx["meta"]["err"] is None and tx["meta"]["computeUnitsConsumed"] == result.compute_units
     assert str(receiver) in tx["transaction"]["message"]["accountKeys"]
     index = tx["transaction"]["message"]["accountKeys"].index(str(receiver))

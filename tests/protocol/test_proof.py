@@ -13,7 +13,8 @@ from solders.pubkey import Pubkey
 from svcpay.protocol.memo import Memos, MemoTerms
 from svcpay.protocol.models import PaymentOption, ProtocolError
 from svcpay.protocol.proof import PaymentProof, parse_payment_proof
-from svcpay.protocol.replay import MemoryReplayStore, SqliteReplayStore
+from svcpay.protocol.replay import MemoryReplayStore, ReplayStore, SqliteReplayStore
+from svcpay.protocol.replay_postgres import PostgresReplayStore
 from svcpay.protocol.verify import Verdict, verify_payment_proof, verify_payment_proof_reason
 
 NOW = 1_800_000_000
@@ -138,9 +139,16 @@ def test_overpaying_is_accepted() -> None:
     assert check(proof_for(option, amount="600000"), option).ok
 
 
-@pytest.mark.parametrize("store", ["memory", "sqlite"])
-def test_a_replayed_proof_is_refused_even_when_requests_race(store: str, tmp_path: Path) -> None:
-    replay = MemoryReplayStore() if store == "memory" else SqliteReplayStore(tmp_path / "replay.db")
+@pytest.mark.parametrize("store", ["memory", "sqlite", "postgres"])
+def test_a_replayed_proof_is_refused_even_when_requests_race(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    replay: ReplayStore
+    if store == "postgres":
+        url, table = request.getfixturevalue("pg_table")
+        replay = PostgresReplayStore(url, table=table)
+    else:
+        replay = MemoryReplayStore() if store == "memory" else SqliteReplayStore(tmp_path / "db")
     option = terms()
     proof = proof_for(option)
 
@@ -162,6 +170,8 @@ def test_a_replayed_proof_is_refused_even_when_requests_race(store: str, tmp_pat
         async with anyio.create_task_group() as tg:
             for _ in range(20):
                 tg.start_soon(one)
+        if isinstance(replay, PostgresReplayStore):
+            await replay.aclose()
         return results
 
     assert sorted(anyio.run(race)) == [False] * 19 + [True]

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 import httpx
 import pytest
 from solana.rpc.async_api import AsyncClient
-from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -18,8 +17,6 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from svcpay.client import InsufficientFunds, PaymentAuth, SpendingLimitExceeded, build_payment
-from svcpay.facilitator.app import create_app
-from svcpay.facilitator.settlement import Settler
 from svcpay.gate import OneTime, payment_gate
 from svcpay.gate.pricing import Terms
 from svcpay.localnet.process import Localnet
@@ -28,6 +25,7 @@ from svcpay.protocol.models import PaymentRequired
 from svcpay.protocol.replay import MemoryReplayStore
 from tests.support.billing import USDC
 from tests.support.chain import Chain
+from tests.support.facilitator import in_process_facilitator
 
 pytestmark = pytest.mark.anyio
 PRICE = USDC // 2
@@ -59,11 +57,6 @@ async def world(validator: Localnet, chain: Chain) -> AsyncIterator[World]:
     mint = chain.create_mint()
     destination = chain.token_account(provider.pubkey(), mint)
     wallet_token = chain.token_account(wallet.pubkey(), mint, 2 * USDC)
-    rpc = AsyncClient(validator.url, commitment=Confirmed)
-    settler = Settler(rpc, fee_payer, network="solana-mainnet")
-    facilitator = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=create_app(settler)), base_url="http://facilitator"
-    )
 
     async def data(request: Request) -> JSONResponse:
         return JSONResponse({"data": 42})
@@ -76,11 +69,12 @@ async def world(validator: Localnet, chain: Chain) -> AsyncIterator[World]:
         trusted_facilitators={str(fee_payer.pubkey())},
         replay=MemoryReplayStore(),
     )
-    api = httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://api")
-    yield World(chain, rpc, facilitator, api, wallet, wallet_token, destination, fee_payer)
-    await api.aclose()
-    await facilitator.aclose()
-    await rpc.close()
+    async with (
+        in_process_facilitator(validator.url, fee_payer) as facilitator,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://api") as api,
+    ):
+        rpc = facilitator.rpc
+        yield World(chain, rpc, facilitator.http, api, wallet, wallet_token, destination, fee_payer)
 
 
 async def test_the_client_pays_once_and_is_served(world: World) -> None:

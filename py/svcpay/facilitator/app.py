@@ -1,91 +1,288 @@
-"""The facilitator's HTTP API (so far): POST /authorize, POST /verify, GET /supported,
-GET /health.
+"""The facilitator's HTTP API (its OpenAPI schema is served at GET /openapi.json).
 
-`POST /authorize` takes `{"signedPayment": base64 transaction, "paymentRequirements": the
-402 option the client pays}` and answers 200 with the proof, or 4xx `{error, message}`.
-Hostile input gets a 4xx with the reason, never a 5xx.
+Public: POST /authorize (settle a one-time payment, answer its proof), POST /verify,
+GET /supported (networks, schemes, and the key gates trust), GET /health.
+Providers (Authorization: Bearer <API key>): POST /v1/usage (metered usage; the facilitator
+signs deduct_allowance), GET /v1/events, webhook endpoints (GET/POST /v1/webhooks,
+DELETE /v1/webhooks/{id}, GET /v1/webhooks/{id}/deliveries), GET /v1/analytics and
+GET /v1/analytics/chart.png.
+
+Every error is `{"error": Name, "message": what to do}` with a 4xx status; hostile input
+never yields a 5xx.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
 
+from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from svcpay.facilitator.settlement import SettlementError, Settler
+from svcpay.facilitator import analytics
+from svcpay.facilitator.lifecycle import EVENT_TYPES
+from svcpay.facilitator.openapi import WEBHOOK_URL, schema
+from svcpay.facilitator.service import Facilitator
+from svcpay.facilitator.settlement import SettlementError
+from svcpay.facilitator.usage import MAX_AMOUNT, UsageError
 from svcpay.protocol.headers import SCHEME_EXACT
-from svcpay.protocol.models import PaymentOption, ProtocolError, parse_model
+from svcpay.protocol.models import PaymentOption, ProtocolError
 from svcpay.protocol.proof import PaymentProof
 
 MAX_BODY = 64 * 1024
+Handler = Callable[[Request], Awaitable[Response]]
+M = TypeVar("M", bound=BaseModel)
 
 
 def error(status: int, name: str, message: str) -> JSONResponse:
     return JSONResponse({"error": name, "message": message}, status_code=status)
 
 
-def create_app(settler: Settler) -> Starlette:
-    async def authorize(request: Request) -> JSONResponse:
-        raw = await request.body()
+class BadRequest(Exception):
+    def __init__(self, message: str, status: int = 400, name: str = "InvalidRequest") -> None:
+        super().__init__(message)
+        self.message, self.status, self.name = message, status, name
+
+
+async def json_body(request: Request) -> dict[str, Any]:
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY:
+        raise BadRequest(f"the body exceeds {MAX_BODY} bytes", 413, "RequestTooLarge")
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
         if len(raw) > MAX_BODY:
-            return error(413, "RequestTooLarge", f"the body exceeds {MAX_BODY} bytes")
+            raise BadRequest(f"the body exceeds {MAX_BODY} bytes", 413, "RequestTooLarge")
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError) as e:  # RecursionError: nested too deep
+        raise BadRequest("the body must be a JSON object") from e
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    return body
+
+
+def parse_strict(model: type[M], data: Any) -> M:
+    """`data` as `model`, without coercion (an `issuedAt` of "5" or false is malformed, as
+    the OpenAPI schema says); ProtocolError with the first defect."""
+    try:
+        return model.model_validate(data, strict=True)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise ProtocolError(f"{where}: {first['msg'].removeprefix('Value error, ')}") from e
+
+
+def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlette:
+    """The ASGI app. With `background`, its lifespan runs webhook delivery, the billing
+    crank and the indexer (servers run the lifespan; in-process test clients may not)."""
+    fac = facilitator
+    store = fac.store
+
+    def guarded(handler: Handler) -> Handler:
+        async def run(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except BadRequest as e:
+                return error(e.status, e.name, e.message)
+
+        return run
+
+    def provider_only(handler: Callable[[Request, str], Awaitable[Response]]) -> Handler:
+        async def run(request: Request) -> Response:
+            auth = request.headers.get("authorization", "")
+            scheme, _, key = auth.partition(" ")
+            if scheme.lower() != "bearer" or not key:
+                return error(401, "Unauthorized", "send Authorization: Bearer <API key>")
+            provider_id = await store.authenticate(key.strip())
+            if provider_id is None:
+                return error(401, "Unauthorized", "the API key is unknown or revoked")
+            return await handler(request, provider_id)
+
+        return guarded(run)
+
+    async def authorize(request: Request) -> Response:
+        body = await json_body(request)
+        if not isinstance(body.get("signedPayment"), str):
+            raise BadRequest("signedPayment (base64 transaction) is required")
         try:
-            body = json.loads(raw)
-        except ValueError:
-            return error(400, "InvalidRequest", "the body must be JSON")
-        if not isinstance(body, dict) or not isinstance(body.get("signedPayment"), str):
-            return error(400, "InvalidRequest", "signedPayment (base64 transaction) is required")
-        try:
-            option = parse_model(PaymentOption, body.get("paymentRequirements"))
+            option = parse_strict(PaymentOption, body.get("paymentRequirements"))
             tx = base64.b64decode(body["signedPayment"], validate=True)
         except ProtocolError as e:
-            return error(400, "InvalidRequest", f"paymentRequirements: {e.reason}")
-        except (binascii.Error, ValueError):
-            return error(400, "InvalidRequest", "signedPayment must be base64")
-        if option.is_subscription or option.network != settler.network:
-            return error(
-                400, "InvalidRequest", f"only one-time {settler.network} payments are settled here"
-            )
+            raise BadRequest(f"paymentRequirements: {e.reason}") from e
+        except (binascii.Error, ValueError) as e:
+            raise BadRequest("signedPayment must be base64") from e
+        if option.is_subscription or option.network != fac.config.network:
+            raise BadRequest(f"only one-time {fac.config.network} payments are settled here")
+        if option.amount_units > MAX_AMOUNT:  # the store holds amounts as i64
+            raise BadRequest(f"paymentRequirements: amount above {MAX_AMOUNT}")
         try:
-            proof = await settler.authorize(tx, option)
+            proof = await fac.settler.authorize(tx, option)
         except SettlementError as e:
             return error(e.status, e.name, e.message)
         return JSONResponse(proof.to_json_dict())
 
-    async def verify(request: Request) -> JSONResponse:
+    async def verify(request: Request) -> Response:
         """`{"proof": {...}}` -> `{"valid": bool, "reason": str}`: the proof is this
         facilitator's, unexpired, and its transaction succeeded on chain."""
+        body = await json_body(request)
         try:
-            body = json.loads(await request.body())
-            proof = parse_model(PaymentProof, body.get("proof") if isinstance(body, dict) else None)
-        except ValueError as e:
-            why = e.reason if isinstance(e, ProtocolError) else "the body must be JSON"
-            return error(400, "InvalidRequest", why)
-        reason = await settler.check_proof(proof)
+            proof = parse_strict(PaymentProof, body.get("proof"))
+        except ProtocolError as e:
+            raise BadRequest(e.reason) from e
+        reason = await fac.settler.check_proof(proof)
         return JSONResponse({"valid": reason is None, "reason": reason or ""})
 
-    async def supported(request: Request) -> JSONResponse:
+    async def supported(request: Request) -> Response:
         return JSONResponse(
             {
-                "kinds": [{"scheme": SCHEME_EXACT, "network": settler.network}],
-                "feePayer": str(settler.fee_payer.pubkey()),
-                "facilitatorKey": str(settler.fee_payer.pubkey()),
+                "kinds": [{"scheme": SCHEME_EXACT, "network": fac.config.network}],
+                "feePayer": fac.public_key,
+                "facilitatorKey": fac.public_key,
+                "eventTypes": list(EVENT_TYPES),
             }
         )
 
-    async def health(request: Request) -> JSONResponse:
+    async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(schema())
+
+    # -- provider API -------------------------------------------------------------------
+    async def usage(request: Request, provider_id: str) -> Response:
+        body = await json_body(request)
+        sub, amount, key = body.get("subscription"), body.get("amount"), body.get("idempotencyKey")
+        if not isinstance(sub, str) or not 32 <= len(sub) <= 44:
+            raise BadRequest("subscription (the subscription's address) is required")
+        if isinstance(amount, str) and amount.isascii() and amount.isdigit() and len(amount) <= 20:
+            amount = int(amount)
+        if not isinstance(amount, int) or isinstance(amount, bool):
+            raise BadRequest("amount (base units, a decimal string or integer) is required")
+        if not isinstance(key, str) or not 1 <= len(key) <= 200:
+            raise BadRequest("idempotencyKey (1 to 200 characters) is required")
+        try:
+            return JSONResponse(await fac.usage.report(provider_id, sub, amount, key))
+        except UsageError as e:
+            return error(e.status, e.name, e.message)
+
+    async def list_events(request: Request, provider_id: str) -> Response:
+        after = _int_param(request, "after", 0, 0, 2**62)
+        limit = _int_param(request, "limit", 100, 1, 1000)
+        found = await store.events(provider_id, after_seq=after, limit=limit)
+        return JSONResponse(
+            {
+                "events": [e.to_json_dict() for e in found],
+                "next": found[-1].seq if found else after,
+            }
+        )
+
+    async def webhooks(request: Request, provider_id: str) -> Response:
+        if request.method == "GET":
+            found = await store.endpoints(provider_id)
+            return JSONResponse({"endpoints": [e.to_json_dict() for e in found]})
+        body = await json_body(request)
+        url = body.get("url")
+        if not isinstance(url, str) or len(url) > 2000:
+            raise BadRequest("url (http or https, at most 2000 characters) is required")
+        if not re.fullmatch(WEBHOOK_URL, url):
+            raise BadRequest("url must be an absolute http(s) URL (a host name or IPv4 address)")
+        types = body.get("eventTypes", ["*"])
+        if (
+            not isinstance(types, list)
+            or not types
+            or not all(isinstance(t, str) and (t == "*" or t in EVENT_TYPES) for t in types)
+        ):
+            raise BadRequest(f"eventTypes: a non-empty list of '*' or {', '.join(EVENT_TYPES)}")
+        endpoint, secret = await store.create_endpoint(provider_id, url, types)
+        return JSONResponse({**endpoint.to_json_dict(), "secret": secret}, status_code=201)
+
+    async def webhook(request: Request, provider_id: str) -> Response:
+        endpoint_id = request.path_params["endpoint_id"]
+        if not await store.disable_endpoint(provider_id, endpoint_id):
+            return error(404, "NotFound", "no such active webhook endpoint")
+        return Response(status_code=204)
+
+    async def deliveries(request: Request, provider_id: str) -> Response:
+        endpoint_id = request.path_params["endpoint_id"]
+        if endpoint_id not in {e.id for e in await store.endpoints(provider_id)}:
+            return error(404, "NotFound", "no such webhook endpoint")
+        rows = await store.deliveries(endpoint_id)
+        keys = ("event_id", "status", "attempts", "last_status", "last_error", "delivered_at")
+        return JSONResponse(
+            {"deliveries": [{_camel(k): r[k] for k in ("id", *keys)} for r in rows]}
+        )
+
+    async def analytics_json(request: Request, provider_id: str) -> Response:
+        start, end = _range(request)
+        return JSONResponse(
+            await analytics.report(store, provider_id=provider_id, start=start, end=end)
+        )
+
+    async def analytics_chart(request: Request, provider_id: str) -> Response:
+        start, end = _range(request)
+        data = await analytics.report(store, provider_id=provider_id, start=start, end=end)
+        title = f"svcpay: {data['from']} to {data['to']}"
+        png = await asyncio.to_thread(analytics.chart_png, data, title=title)
+        return Response(png, media_type="image/png")
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(fac.run_background(stop)) if background else None
+        try:
+            yield
+        finally:
+            stop.set()
+            if task:
+                await task
+            await fac.aclose()
 
     return Starlette(
         routes=[
-            Route("/authorize", authorize, methods=["POST"]),
-            Route("/verify", verify, methods=["POST"]),
+            Route("/authorize", guarded(authorize), methods=["POST"]),
+            Route("/verify", guarded(verify), methods=["POST"]),
             Route("/supported", supported),
             Route("/health", health),
-        ]
+            Route("/openapi.json", openapi),
+            Route("/v1/usage", provider_only(usage), methods=["POST"]),
+            Route("/v1/events", provider_only(list_events)),
+            Route("/v1/webhooks", provider_only(webhooks), methods=["GET", "POST"]),
+            Route("/v1/webhooks/{endpoint_id}", provider_only(webhook), methods=["DELETE"]),
+            Route("/v1/webhooks/{endpoint_id}/deliveries", provider_only(deliveries)),
+            Route("/v1/analytics", provider_only(analytics_json)),
+            Route("/v1/analytics/chart.png", provider_only(analytics_chart)),
+        ],
+        lifespan=lifespan,
     )
+
+
+def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not (raw.isascii() and raw.isdigit()) or not low <= int(raw) <= high:
+        raise BadRequest(f"{name} must be an integer from {low} to {high}")
+    return int(raw)
+
+
+def _range(request: Request) -> tuple[int, int]:
+    try:
+        return analytics.parse_range(request.query_params, int(time.time()))
+    except ValueError as e:
+        raise BadRequest(str(e)) from e
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)

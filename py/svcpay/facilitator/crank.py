@@ -10,8 +10,10 @@ cranks at once is safe: the program refuses a second collection in a period.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from solders.hash import Hash
 from solders.instruction import Instruction
@@ -19,6 +21,8 @@ from solders.keypair import Keypair
 from solders.message import MessageV0
 from solders.pubkey import Pubkey
 
+from svcpay.facilitator.lifecycle import record_receipt
+from svcpay.facilitator.store import Store
 from svcpay.program import instructions
 from svcpay.program.client import BillingClient, Receipt, TransactionError
 from svcpay.program.errors import ProgramError
@@ -37,6 +41,18 @@ class CrankSummary:
     transactions: int = 0
     collected: int = 0  # base units
     errors: list[str] = field(default_factory=list)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "due": self.due,
+            "renewed": self.renewed,
+            "renewalFailed": self.renewal_failed,
+            "ended": self.ended,
+            "skipped": self.skipped,
+            "transactions": self.transactions,
+            "collected": str(self.collected),
+            "errors": self.errors[:20],
+        }
 
     def absorb(self, receipt: Receipt) -> None:
         self.transactions += 1
@@ -71,32 +87,88 @@ def _size(ixs: list[Instruction], payer: Pubkey) -> int:
 async def run_once(
     client: BillingClient,
     payer: Keypair,
-    plan: Pubkey | None = None,
+    plan: Pubkey | Sequence[Pubkey] | None = None,
     now: int | None = None,
     progress: Callable[[CrankSummary], None] | None = None,
+    *,
+    store: Store | None = None,
+    instance: str = "crank",
+    lease_secs: int = 300,
+    retry_secs: int = 60,
+    past_due_retry_secs: int = 3600,
 ) -> CrankSummary:
-    """Collects every subscription due at `now` (of `plan`, or all) and returns a summary;
-    `progress` is called after each transaction."""
+    """Collects every subscription due at `now` (of `plan`, or of each of several plans, or
+    all) and returns a summary;
+    `progress` is called after each transaction.
+
+    With a `store`, instances share the work: each leases its subscriptions first (another
+    instance skips them until the lease lapses), records the program's events (webhooks,
+    analytics) and a run summary. A subscription whose collection failed waits before it is
+    tried again: `retry_secs` (doubling) when the transaction failed, `past_due_retry_secs`
+    (doubling, at most a day) when the subscriber could not pay, so a broke subscriber
+    costs a few fees per grace period rather than one per run."""
     summary = CrankSummary()
-    due = await client.due_subscriptions(plan, now)
+    if plan is None or isinstance(plan, Pubkey):
+        due = await client.due_subscriptions(plan, now)
+    else:
+        now = await client.chain_time() if now is None else now
+        due = [d for p in plan for d in await client.due_subscriptions(p, now)]
     summary.due = len(due)
+    run_id = await store.start_run(instance) if store else None
+    if store is not None:
+        held = set(
+            await store.claim_subscriptions(
+                instance, [str(k) for k, _ in due], lease_secs=lease_secs
+            )
+        )
+        summary.skipped += len(due) - len(held)
+        due = [(k, sub) for k, sub in due if str(k) in held]
+
+    async def sent(group: list[tuple[Pubkey, Instruction]]) -> None:
+        receipt = await client.send([ix for _, ix in group], [payer])
+        summary.absorb(receipt)
+        if store is not None:
+            await record_receipt(store, receipt)
+            unpaid = {
+                str(e.data["subscription"]): e for e in receipt.events if e.name == "RenewalFailed"
+            }
+            for key, _ in group:
+                if str(key) in unpaid:
+                    reason = type(unpaid[str(key)].data.get("reason")).__name__
+                    await backoff(key, f"RenewalFailed: {reason}", past_due_retry_secs, 86_400)
+                else:
+                    await store.release_subscription(str(key))
+
+    async def backoff(key: Pubkey, error: str, first: int, most: int) -> None:
+        assert store is not None
+        lease = await store.lease(str(key))
+        attempts = (lease or {}).get("attempts", 0) + 1
+        delay = min(first * 2 ** (attempts - 1), most)
+        await store.release_subscription(str(key), error=error, retry_at=int(time.time()) + delay)
+
+    async def failed(key: Pubkey, error: Exception) -> None:
+        summary.skipped += 1
+        summary.errors.append(f"{key}: {error}")
+        if store is not None:
+            await backoff(key, str(error), retry_secs, 6 * 3600)
+
     for group in pack(
         [(key, instructions.collect_subscription(sub)) for key, sub in due], payer.pubkey()
     ):
         try:
-            summary.absorb(await client.send([ix for _, ix in group], [payer]))
+            await sent(group)
         except (ProgramError, TransactionError) as e:
-            if len(group) > 1:
-                log.info("a packed collect failed (%s); retrying %d one by one", e, len(group))
-            for key, ix in group if len(group) > 1 else []:
-                try:
-                    summary.absorb(await client.send([ix], [payer]))
-                except (ProgramError, TransactionError) as single:
-                    summary.skipped += 1
-                    summary.errors.append(f"{key}: {single}")
             if len(group) == 1:
-                summary.skipped += 1
-                summary.errors.append(f"{group[0][0]}: {e}")
+                await failed(group[0][0], e)
+            else:
+                log.info("a packed collect failed (%s); retrying %d one by one", e, len(group))
+                for item in group:
+                    try:
+                        await sent([item])
+                    except (ProgramError, TransactionError) as single:
+                        await failed(item[0], single)
         if progress:
             progress(summary)
+    if store is not None and run_id is not None:
+        await store.finish_run(run_id, summary.to_json_dict())
     return summary

@@ -10,12 +10,18 @@ Anything else, or any use of the facilitator's key beyond paying the fee, is ref
 from __future__ import annotations
 
 import asyncio
+import base64
 import struct
 import time
+from typing import Any
 
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
-from solana.rpc.core import RPCException
+from solana.rpc.core import (
+    RPCException,
+    TransactionExpiredBlockheightExceededError,
+    UnconfirmedTxError,
+)
 from solana.rpc.types import TxOpts
 from solders.keypair import Keypair
 from solders.message import to_bytes_versioned
@@ -23,6 +29,7 @@ from solders.pubkey import Pubkey
 from solders.signature import Signature
 from solders.transaction import VersionedTransaction
 
+from svcpay.facilitator.store import Event, Store, new_id
 from svcpay.protocol.models import PaymentOption
 from svcpay.protocol.proof import PaymentProof
 
@@ -31,6 +38,7 @@ MEMO_PROGRAM = Pubkey.from_string("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr")
 COMPUTE_BUDGET = Pubkey.from_string("ComputeBudget111111111111111111111111111111")
 TRANSFER_CHECKED = 12
 MAX_COMPUTE_UNIT_LIMIT = 200_000
+BLOCKHASH_LIFETIME_SECS = 120  # after this an unsent transaction can never land
 MAX_COMPUTE_UNIT_PRICE = 5_000_000  # micro-lamports per CU: caps what the client can make us pay
 
 
@@ -44,49 +52,141 @@ class SettlementError(Exception):
 
 
 class Settler:
+    """Settles one-time payments, durably: the co-signed transaction is stored before it is
+    sent, and its proof once it is confirmed. The same transaction submitted again (also
+    racing, on another instance sharing the database, or after a restart) is never sent as
+    a new payment (its signature is its identity on chain) and yields the same proof."""
+
     def __init__(
-        self, rpc: AsyncClient, fee_payer: Keypair, *, network: str, proof_ttl_secs: int = 300
+        self,
+        rpc: AsyncClient,
+        fee_payer: Keypair,
+        store: Store,
+        *,
+        network: str,
+        proof_ttl_secs: int = 300,
     ) -> None:
-        self.rpc, self.fee_payer, self.network = rpc, fee_payer, network
+        self.rpc, self.fee_payer, self.store, self.network = rpc, fee_payer, store, network
         self.proof_ttl_secs = proof_ttl_secs
-        self._done: dict[str, PaymentProof] = {}  # transaction id -> proof (durable store: issue 6)
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def authorize(self, signed_payment: bytes, option: PaymentOption) -> PaymentProof:
-        """Settles `signed_payment` for `option`; the same transaction twice yields the same
-        proof and is never sent twice, also when the two requests race."""
+        """Settles `signed_payment` for `option` and returns the signed proof."""
         try:
             tx = VersionedTransaction.from_bytes(signed_payment)
         except ValueError as e:
             raise SettlementError(
                 "InvalidTransaction", f"signedPayment is not a transaction: {e}"
             ) from e
-        payer = self._check(tx, option)
+        try:
+            payer = self._check(tx, option)
+        except IndexError as e:  # an index past the accounts or signatures it carries
+            raise SettlementError(
+                "InvalidTransaction", "the transaction names accounts or signatures it lacks"
+            ) from e
         message_bytes = to_bytes_versioned(tx.message)
         signatures = list(tx.signatures)
-        signatures[0] = self.fee_payer.sign_message(message_bytes)
+        signatures[0] = self.fee_payer.sign_message(message_bytes)  # deterministic (ed25519)
         signed = VersionedTransaction.populate(tx.message, signatures)
         key = str(signatures[0])
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
-            if key in self._done:
-                return self._done[key]
-            await self._send(signed)
-            now = int(time.time())
-            proof = PaymentProof(
-                network=self.network,
-                transaction=key,
-                payer=str(payer),
-                pay_to=option.pay_to,
-                token=option.token,
-                amount=option.amount,
-                memo=option.memo or "",
-                issued_at=now,
-                expires_at=now + self.proof_ttl_secs,
-                facilitator=str(self.fee_payer.pubkey()),
-            ).signed_by(self.fee_payer)
-            self._done[key] = proof
-            return proof
+            try:
+                row = await self.store.begin_settlement(
+                    {
+                        "signature": key,
+                        "network": self.network,
+                        "payer": str(payer),
+                        "pay_to": option.pay_to,
+                        "token": option.token,
+                        "amount": int(option.amount),
+                        "memo": option.memo or "",
+                        "transaction": base64.b64encode(bytes(signed)).decode(),
+                        "status": "sending",
+                        "issued_at": 0,
+                        "created_at": int(time.time()),
+                    }
+                )
+                if row["status"] == "settled":
+                    return PaymentProof.model_validate_json(row["proof"])
+                try:
+                    if await self._landed(signatures[0]) is None:
+                        await self._send(signed)
+                except SettlementError as e:
+                    if e.name != "SettlementPending":  # refused or failed: nothing was paid
+                        await self.store.forget_settlement(key)
+                    raise
+                return await self._finish(row)
+            finally:
+                # The lock only saves duplicate work within this process; the database and
+                # the chain (one signature, one transaction) are what make this safe.
+                self._locks.pop(key, None)
+
+    async def recover(self) -> int:
+        """After a restart: finishes the settlements that were sent but not recorded as
+        settled (their events fire), forgets those that never landed. Returns how many
+        were finished."""
+        finished = 0
+        for row in await self.store.pending_settlements():
+            try:
+                landed = await self._landed(Signature.from_string(row["signature"]))
+            except SettlementError:  # it failed on chain: nothing was paid
+                await self.store.forget_settlement(row["signature"])
+                continue
+            if landed:
+                await self._finish(row)
+                finished += 1
+            elif row["created_at"] < time.time() - BLOCKHASH_LIFETIME_SECS:
+                await self.store.forget_settlement(row["signature"])  # expired unsent
+        return finished
+
+    async def _landed(self, sig: Signature) -> bool | None:
+        """True if `sig` succeeded on chain, False if it failed, None if not seen."""
+        status = (
+            await self.rpc.get_signature_statuses([sig], search_transaction_history=True)
+        ).value[0]
+        if status is None:
+            return None
+        if status.err is not None:
+            raise SettlementError(
+                "SettlementFailed", f"the transaction failed on chain: {status.err}", 422
+            )
+        return True
+
+    async def _finish(self, row: dict[str, Any]) -> PaymentProof:
+        now = int(time.time())
+        proof = PaymentProof(
+            network=row["network"],
+            transaction=row["signature"],
+            payer=row["payer"],
+            pay_to=row["pay_to"],
+            token=row["token"],
+            amount=str(int(row["amount"])),
+            memo=row["memo"],
+            issued_at=now,
+            expires_at=now + self.proof_ttl_secs,
+            facilitator=str(self.fee_payer.pubkey()),
+        ).signed_by(self.fee_payer)
+        event = Event(
+            id=new_id("evt"),
+            type="payment.settled",
+            created_at=now,
+            data={
+                "transaction": row["signature"],
+                "payer": row["payer"],
+                "payTo": row["pay_to"],
+                "token": row["token"],
+                "amount": str(int(row["amount"])),
+                "memo": row["memo"],
+                "network": row["network"],
+            },
+            mode="one-time",
+            amount=int(row["amount"]),
+        )
+        stored = await self.store.finish_settlement(
+            row["signature"], proof.model_dump_json(), event
+        )
+        return PaymentProof.model_validate_json(stored)
 
     async def check_proof(self, proof: PaymentProof) -> str | None:
         """None if `proof` is one this facilitator signed, unexpired, for a transaction that
@@ -189,7 +289,18 @@ class Settler:
             raise SettlementError(
                 "SettlementFailed", f"the transaction failed in simulation: {text[:300]}", 422
             ) from e
-        await self.rpc.confirm_transaction(sig, Confirmed)
+        try:
+            await self.rpc.confirm_transaction(sig, Confirmed, sleep_seconds=0.05)
+        except (
+            TimeoutError,
+            UnconfirmedTxError,
+            TransactionExpiredBlockheightExceededError,
+        ) as e:
+            raise SettlementError(
+                "SettlementPending",
+                "the transaction was sent but not yet confirmed; submit the same request again",
+                504,
+            ) from e
 
 
 def _check_budget(data: bytes) -> None:

@@ -39,10 +39,13 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 log = logging.getLogger("svcpay.gate")
 
 
-class SubscriptionView(Protocol):
-    plan: str
-    status: str  # "Active", "PastDue", "Paused", "Cancelled", "Expired"
-    allowance_remaining: int | None
+class SubscriptionView(Protocol):  # read-only, so frozen dataclasses qualify
+    @property
+    def plan(self) -> str: ...
+    @property
+    def status(self) -> str: ...  # "Active", "PastDue", "Paused", "Cancelled", "Expired"
+    @property
+    def allowance_remaining(self) -> int | None: ...
 
 
 class Subscriptions(Protocol):
@@ -272,7 +275,7 @@ async def _json(send: Send, status: int, body: dict[str, Any]) -> None:
 
 
 def payment_gate(
-    app: ASGIApp, pricing: dict[str, list[PricingEntry]], **kwargs: Any
+    app: ASGIApp, /, pricing: dict[str, list[PricingEntry]], **kwargs: Any
 ) -> PaymentGate:
     """`paymentGate({pricing})` of the spec: `pricing` maps path prefixes to entries."""
     return PaymentGate(app, routes=pricing, **kwargs)

@@ -6,10 +6,48 @@ import base64
 from typing import Any
 
 import base58
+from solders.message import MessageHeader, MessageV0
 from solders.transaction import VersionedTransaction
 
+from svcpay.localnet import parsed
 from svcpay.localnet.node import BlockhashNotFound, Node, TxRecord
-from svcpay.localnet.rpc_errors import INVALID_PARAMS, SIMULATION_FAILED, RpcError, param, pubkey
+from svcpay.localnet.rpc_errors import (
+    INVALID_PARAMS,
+    MIN_CONTEXT_SLOT_NOT_REACHED,
+    SIMULATION_FAILED,
+    UNSUPPORTED_TRANSACTION_VERSION,
+    RpcError,
+    check_commitment,
+    param,
+    pubkey,
+    signature,
+)
+
+MAX_SIGNATURES = 1000  # getSignaturesForAddress's largest (and default) limit
+TRANSACTION_LEVEL_STACK_HEIGHT = 1
+_ENCODINGS = ("json", "jsonParsed", "base64", "base58", "binary")
+UPGRADEABLE_LOADER = "BPFLoaderUpgradeab1e11111111111111111111111"
+# Agave's reserved account keys (builtin programs and sysvars): never write-locked.
+RESERVED_ACCOUNT_KEYS = frozenset(
+    f"""
+    AddressLookupTab1e1111111111111111111111111 BPFLoader2111111111111111111111111111111111
+    BPFLoader1111111111111111111111111111111111 {UPGRADEABLE_LOADER}
+    ComputeBudget111111111111111111111111111111 Config1111111111111111111111111111111111111
+    Ed25519SigVerify111111111111111111111111111 Feature111111111111111111111111111111111111
+    LoaderV411111111111111111111111111111111111 NativeLoader1111111111111111111111111111111
+    KeccakSecp256k11111111111111111111111111111 Secp256r1SigVerify1111111111111111111111111
+    Stake11111111111111111111111111111111111111 StakeConfig11111111111111111111111111111111
+    {parsed.SYSTEM} Vote111111111111111111111111111111111111111
+    ZkE1Gama1Proof11111111111111111111111111111 ZkTokenProof1111111111111111111111111111111
+    Sysvar1111111111111111111111111111111111111 SysvarC1ock11111111111111111111111111111111
+    SysvarEpochRewards1111111111111111111111111 SysvarEpochSchedu1e111111111111111111111111
+    SysvarFees111111111111111111111111111111111 Sysvar1nstructions1111111111111111111111111
+    SysvarLastRestartS1ot1111111111111111111111 SysvarRecentB1ockHashes11111111111111111111
+    SysvarRent111111111111111111111111111111111 SysvarRewards111111111111111111111111111111
+    SysvarS1otHashes111111111111111111111111111 SysvarS1otHistory11111111111111111111111111
+    SysvarStakeHistory1111111111111111111111111
+    """.split()
+)
 
 
 class TransactionMethods:
@@ -92,44 +130,104 @@ class TransactionMethods:
         return self._context(statuses)
 
     def rpc_getTransaction(self, params: list[Any]) -> dict[str, Any] | None:
-        rec = self.node.record(str(param(params, 0, "signature")))
-        if rec is None:
-            return None
+        sig = str(signature(param(params, 0, "signature")))
         config = param(params, 1, "config", {})
         if isinstance(config, str):  # legacy form: the encoding alone
             config = {"encoding": config}
-        encoding = config.get("encoding", "json")
+        check_commitment(config)
+        encoding = config.get("encoding") or "json"
+        if encoding not in _ENCODINGS:
+            raise RpcError(
+                INVALID_PARAMS,
+                f"Invalid params: unknown variant `{encoding}`, expected one of "
+                "`binary`, `base64`, `base58`, `json`, `jsonParsed`",
+            )
+        max_version = config.get("maxSupportedTransactionVersion")
+        if max_version is not None and (
+            not isinstance(max_version, int) or isinstance(max_version, bool) or max_version < 0
+        ):
+            raise RpcError(INVALID_PARAMS, "Invalid params: maxSupportedTransactionVersion")
+        rec = self.node.record(sig)
+        if rec is None:
+            return None
+        tx = VersionedTransaction.from_bytes(rec.raw)
+        v0 = isinstance(tx.message, MessageV0)
+        if v0 and max_version is None:
+            raise RpcError(
+                UNSUPPORTED_TRANSACTION_VERSION,
+                "Transaction version (0) is not supported by the requesting client. "
+                "Please try the request again with the following configuration parameter: "
+                '"maxSupportedTransactionVersion": 0',
+            )
         if encoding == "base64":
             transaction: Any = [base64.b64encode(rec.raw).decode(), "base64"]
-        elif encoding in ("json", "jsonParsed"):
-            transaction = _tx_json(rec)
+        elif encoding == "base58":
+            transaction = [base58.b58encode(rec.raw).decode(), "base58"]
+        elif encoding == "binary":
+            transaction = base58.b58encode(rec.raw).decode()
         else:
-            raise RpcError(INVALID_PARAMS, f"Invalid param: unsupported encoding {encoding!r}")
-        return {
+            transaction = _tx_json(tx, rec, encoding == "jsonParsed")
+        out: dict[str, Any] = {
             "slot": rec.slot,
-            "blockTime": rec.block_time,
-            "version": 0 if rec.raw and rec.raw[_message_start(rec.raw)] & 0x80 else "legacy",
             "transaction": transaction,
-            "meta": _meta(rec),
+            "meta": _meta(rec, encoding == "jsonParsed"),
         }
+        if max_version is not None:  # older clients cannot take the field
+            out["version"] = 0 if v0 else "legacy"
+        out["blockTime"] = rec.block_time
+        return out
 
     def rpc_getSignaturesForAddress(self, params: list[Any]) -> list[dict[str, Any]]:
+        """Signatures of the landed transactions naming `address` (failed ones too), newest
+        first: at most `limit` (1..1000, default 1000), older than `before`, newer than
+        `until`. An unknown `before` finds nothing; an unknown `until` bounds nothing."""
         address = str(pubkey(param(params, 0, "address")))
         config = param(params, 1, "config", {})
-        limit = min(int(config.get("limit", 1000)), 1000)
-        sigs = list(reversed(self.node.by_address.get(address, [])))
-        if before := config.get("before"):
-            sigs = sigs[sigs.index(before) + 1 :] if before in sigs else []
-        if until := config.get("until"):
-            sigs = sigs[: sigs.index(until)] if until in sigs else sigs
-        out = []
-        for sig in sigs[:limit]:
-            rec = self.node.history[sig]
+        if not isinstance(config, dict):
+            raise RpcError(INVALID_PARAMS, "Invalid params: config must be an object")
+        check_commitment(config)
+        limit = config.get("limit")
+        limit = MAX_SIGNATURES if limit is None else limit  # null is the default too
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+            raise RpcError(INVALID_PARAMS, "Invalid params: limit must be an unsigned integer")
+        if limit == 0 or limit > MAX_SIGNATURES:
+            raise RpcError(INVALID_PARAMS, f"Invalid limit; max {MAX_SIGNATURES}")
+        before = config.get("before")
+        until = config.get("until")
+        before = str(signature(before)) if before is not None else None
+        until = str(signature(until)) if until is not None else None
+        self._check_min_context_slot(config)
+        history = self.node.history
+        newest, oldest = len(history) + 1, 0  # exclusive bounds on TxRecord.order
+        if before is not None:
+            if before not in history:
+                return []
+            newest = history[before].order
+        if until is not None and until in history:
+            oldest = history[until].order
+        out: list[dict[str, Any]] = []
+        for sig in reversed(self.node.by_address.get(address, [])):
+            rec = history[sig]
+            if rec.order >= newest:
+                continue
+            if rec.order <= oldest or len(out) == limit:
+                break
             out.append(
-                {"signature": sig, "slot": rec.slot, "err": rec.err, "memo": None,
+                {"signature": sig, "slot": rec.slot, "err": rec.err, "memo": rec.memo,
                  "blockTime": rec.block_time, "confirmationStatus": "finalized"}
             )  # fmt: skip
         return out
+
+    def _check_min_context_slot(self, config: dict[str, Any]) -> None:
+        wanted = config.get("minContextSlot")
+        if wanted is not None and not isinstance(wanted, int):
+            raise RpcError(INVALID_PARAMS, "Invalid params: minContextSlot must be a slot")
+        if wanted is not None and self.node.slot < wanted:
+            raise RpcError(
+                MIN_CONTEXT_SLOT_NOT_REACHED,
+                "Minimum context slot has not been reached",
+                {"contextSlot": self.node.slot},
+            )
 
 
 def _describe(err: Any) -> str:
@@ -143,57 +241,128 @@ def _describe(err: Any) -> str:
     return str(err)
 
 
-def _message_start(raw: bytes) -> int:
-    """Offset of the message in a wire transaction (after the compact-u16 signature count)."""
-    n, i, shift = 0, 0, 0
-    while True:
-        b = raw[i]
-        n |= (b & 0x7F) << shift
-        i += 1
-        if not b & 0x80:
-            return i + 64 * n
-        shift += 7
+def _status(err: Any) -> dict[str, Any]:
+    return {"Ok": None} if err is None else {"Err": err}
 
 
-def _meta(rec: TxRecord) -> dict[str, Any]:
+def _compiled(ix: Any, stack_height: int | None) -> dict[str, Any]:
     return {
-        "err": rec.err,
-        "status": {"Ok": None} if rec.err is None else {"Err": rec.err},
-        "fee": rec.fee,
-        "preBalances": rec.pre_balances,
-        "postBalances": rec.post_balances,
-        "innerInstructions": [],
-        "logMessages": rec.logs,
-        "preTokenBalances": [],
-        "postTokenBalances": [],
-        "rewards": [],
-        "loadedAddresses": {"writable": [], "readonly": []},
-        "computeUnitsConsumed": rec.compute_units,
+        "programIdIndex": ix.program_id_index,
+        "accounts": list(bytes(ix.accounts)),
+        "data": base58.b58encode(bytes(ix.data)).decode(),
+        "stackHeight": stack_height,
     }
 
 
-def _tx_json(rec: TxRecord) -> dict[str, Any]:
-    tx = VersionedTransaction.from_bytes(rec.raw)
+def _meta(rec: TxRecord, json_parsed: bool) -> dict[str, Any]:
+    """UiTransactionStatusMeta: jsonParsed parses inner instructions and leaves out
+    loadedAddresses; returnData only when the transaction set some."""
+    keys = rec.account_keys
+    inner = []
+    for index, instructions in rec.inner_instructions:
+        if json_parsed:
+            shown = [
+                parsed.instruction(keys[program], [keys[a] for a in accounts], data, height)
+                for program, accounts, data, height in instructions
+            ]
+        else:
+            shown = [
+                {
+                    "programIdIndex": program,
+                    "accounts": accounts,
+                    "data": base58.b58encode(data).decode(),
+                    "stackHeight": height,
+                }
+                for program, accounts, data, height in instructions
+            ]
+        inner.append({"index": index, "instructions": shown})
+    meta: dict[str, Any] = {
+        "err": rec.err,
+        "status": _status(rec.err),
+        "fee": rec.fee,
+        "preBalances": rec.pre_balances,
+        "postBalances": rec.post_balances,
+        "innerInstructions": inner,
+        "logMessages": rec.logs,
+        "preTokenBalances": rec.pre_token_balances,
+        "postTokenBalances": rec.post_token_balances,
+        "rewards": [],
+    }
+    if not json_parsed:
+        meta["loadedAddresses"] = {"writable": [], "readonly": []}
+    if rec.return_data is not None:
+        program_id, data = rec.return_data
+        meta["returnData"] = {
+            "programId": program_id,
+            "data": [base64.b64encode(data).decode(), "base64"],
+        }
+    meta["computeUnitsConsumed"] = rec.compute_units
+    return meta
+
+
+def _tx_json(tx: VersionedTransaction, rec: TxRecord, json_parsed: bool) -> dict[str, Any]:
+    """The transaction as a UiTransaction: a raw message (json) or a parsed one (jsonParsed).
+    Instructions of the message are at stack height 1."""
     msg = tx.message
-    header = msg.header
-    return {
-        "signatures": [str(s) for s in tx.signatures],
-        "message": {
-            "accountKeys": [str(k) for k in msg.account_keys],
+    keys = [str(k) for k in msg.account_keys]
+    message: dict[str, Any]
+    if json_parsed:
+        invoked = {ix.program_id_index for ix in msg.instructions}
+        message = {
+            "accountKeys": [
+                {
+                    "pubkey": key,
+                    "writable": _is_writable(msg.header, invoked, i, keys),
+                    "signer": i < msg.header.num_required_signatures,
+                    "source": "transaction",
+                }
+                for i, key in enumerate(keys)
+            ],
+            "recentBlockhash": str(msg.recent_blockhash),
+            "instructions": [
+                parsed.instruction(
+                    keys[ix.program_id_index],
+                    [keys[a] for a in bytes(ix.accounts)],
+                    bytes(ix.data),
+                    TRANSACTION_LEVEL_STACK_HEIGHT,
+                )
+                for ix in msg.instructions
+            ],
+        }
+    else:
+        header = msg.header
+        message = {
             "header": {
                 "numRequiredSignatures": header.num_required_signatures,
                 "numReadonlySignedAccounts": header.num_readonly_signed_accounts,
                 "numReadonlyUnsignedAccounts": header.num_readonly_unsigned_accounts,
             },
+            "accountKeys": keys,
             "recentBlockhash": str(msg.recent_blockhash),
             "instructions": [
-                {
-                    "programIdIndex": ix.program_id_index,
-                    "accounts": list(bytes(ix.accounts)),
-                    "data": base58.b58encode(bytes(ix.data)).decode(),
-                    "stackHeight": None,
-                }
-                for ix in msg.instructions
+                _compiled(ix, TRANSACTION_LEVEL_STACK_HEIGHT) for ix in msg.instructions
             ],
-        },
-    }
+        }
+    if isinstance(msg, MessageV0):
+        message["addressTableLookups"] = [
+            {
+                "accountKey": str(lookup.account_key),
+                "writableIndexes": list(bytes(lookup.writable_indexes)),
+                "readonlyIndexes": list(bytes(lookup.readonly_indexes)),
+            }
+            for lookup in msg.address_table_lookups
+        ]
+    return {"signatures": [str(s) for s in tx.signatures], "message": message}
+
+
+def _is_writable(header: MessageHeader, invoked: set[int], i: int, keys: list[str]) -> bool:
+    """Writable as the runtime locks it: by the header, less reserved accounts (builtins,
+    sysvars) and invoked programs (unless the upgradeable loader is in the transaction)."""
+    signed = header.num_required_signatures
+    if i < signed:
+        writable = i < signed - header.num_readonly_signed_accounts
+    else:
+        writable = i - signed < len(keys) - signed - header.num_readonly_unsigned_accounts
+    if not writable or keys[i] in RESERVED_ACCOUNT_KEYS:
+        return False
+    return i not in invoked or UPGRADEABLE_LOADER in keys

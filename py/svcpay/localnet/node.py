@@ -15,21 +15,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from solders.account import Account
 from solders.clock import Clock
 from solders.hash import Hash
+from solders.keypair import Keypair
 from solders.litesvm import LiteSVM
+from solders.message import Message
 from solders.pubkey import Pubkey
 from solders.signature import Signature
+from solders.system_program import TransferParams, transfer
 from solders.transaction import VersionedTransaction
+from solders.transaction_metadata import FailedTransactionMetadata
+
+from svcpay.localnet import parsed
 
 SLOT_MS = 400  # mainnet's target slot time
 SLOTS_PER_EPOCH = 432_000
 RECENT_BLOCKHASHES = 150  # how long a blockhash stays usable, as on a real cluster
+FAUCET_LAMPORTS = 500_000_000 * 10**9  # solana-test-validator's faucet holds 500M SOL
+UNPROCESSED = str(Signature.default())  # LiteSVM's signature for a transaction it dropped
+
+# (program id index, account indexes, data, stack height) of one inner instruction
+InnerInstruction = tuple[int, list[int], bytes, int | None]
 
 
 @dataclass
 class TxRecord:
-    """A processed transaction, as getTransaction and getSignatureStatuses report it."""
+    """A transaction that landed (succeeded, or failed and paid its fee), as getTransaction,
+    getSignatureStatuses and getSignaturesForAddress report it."""
 
     signature: str
     slot: int
@@ -42,7 +55,13 @@ class TxRecord:
     account_keys: list[str]
     pre_balances: list[int]
     post_balances: list[int]
-    inner_instructions: list[Any] = field(default_factory=list)
+    # per top-level instruction with any, in order: (its index, its inner instructions)
+    inner_instructions: list[tuple[int, list[InnerInstruction]]] = field(default_factory=list)
+    pre_token_balances: list[dict[str, Any]] = field(default_factory=list)
+    post_token_balances: list[dict[str, Any]] = field(default_factory=list)
+    return_data: tuple[str, bytes] | None = None  # (program id, data) when data was set
+    memo: str | None = None
+    order: int = 0  # position in the ledger: later transactions have larger numbers
 
 
 class BlockhashNotFound(ValueError):
@@ -67,7 +86,12 @@ class Node:
         self.offset_ms = 0  # added to wall time by time travel
         self.slot = 0
         self.history: dict[str, TxRecord] = {}
-        self.by_address: dict[str, list[str]] = {}  # address -> signatures, oldest first
+        # address -> signatures of the landed transactions naming it, oldest first
+        self.by_address: dict[str, list[str]] = {}
+        self.faucet = Keypair()
+        self.svm.set_account(
+            self.faucet.pubkey(), Account(FAUCET_LAMPORTS, b"", Pubkey.from_string(parsed.SYSTEM))
+        )
         self.transaction_count = 0
         self.recent.append(str(self.svm.latest_blockhash()))
         self.tick()
@@ -146,48 +170,104 @@ class Node:
         return None, list(meta.logs()), meta.compute_units_consumed()
 
     def process(self, tx: VersionedTransaction) -> TxRecord:
-        """Executes and commits `tx` (a failed one still pays its fee), records it."""
+        """Executes `tx` and commits it if it lands: succeeded, or failed while executing (it
+        still pays its fee). One that cannot pay or load (AccountNotFound, ...) is dropped, as
+        a cluster drops it: it is in no history. Returns the outcome either way."""
         self.tick()
         if not self.blockhash_is_recent(str(tx.message.recent_blockhash)):
             raise BlockhashNotFound(str(tx.message.recent_blockhash))
         keys = [str(k) for k in tx.message.account_keys]
-        pre = [self.svm.get_balance(Pubkey.from_string(k)) or 0 for k in keys]
+        addresses = [Pubkey.from_string(k) for k in keys]
+        programs = {ix.program_id_index for ix in tx.message.instructions}
+        pre = [self.svm.get_balance(a) or 0 for a in addresses]
+        pre_tokens = self._token_balances(addresses, programs)
         result = self.svm.send_transaction(tx)
-        data = json.loads(result.to_json())
-        meta = data.get("meta", data)
+        if isinstance(result, FailedTransactionMetadata):
+            err = json.loads(result.to_json())["err"]
+            meta = result.meta()
+        else:
+            err, meta = None, result
+        returned = meta.return_data()
         record = TxRecord(
             signature=str(tx.signatures[0]),
             slot=self.slot,
             block_time=self.svm.get_clock().unix_timestamp,
             raw=bytes(tx),
-            err=data.get("err"),
-            logs=meta["logs"],
-            compute_units=meta["compute_units_consumed"],
-            fee=meta.get("fee", 0),
+            err=err,
+            logs=list(meta.logs()),
+            compute_units=meta.compute_units_consumed(),
+            fee=meta.fee(),
             account_keys=keys,
             pre_balances=pre,
-            post_balances=[self.svm.get_balance(Pubkey.from_string(k)) or 0 for k in keys],
+            post_balances=[self.svm.get_balance(a) or 0 for a in addresses],
+            inner_instructions=[
+                (
+                    index,
+                    [
+                        (
+                            inner.instruction().program_id_index,
+                            list(bytes(inner.instruction().accounts)),
+                            bytes(inner.instruction().data),
+                            inner.stack_height(),
+                        )
+                        for inner in inners
+                    ],
+                )
+                for index, inners in enumerate(meta.inner_instructions())
+                if inners
+            ],
+            pre_token_balances=pre_tokens,
+            post_token_balances=self._token_balances(addresses, programs),
+            return_data=(
+                (str(returned.program_id), bytes(returned.data)) if returned.data else None
+            ),
+            memo=parsed.memo(
+                [(keys[ix.program_id_index], bytes(ix.data)) for ix in tx.message.instructions]
+            ),
         )
-        if record.err != "AlreadyProcessed" and record.signature not in self.history:
+        landed = str(meta.signature()) != UNPROCESSED and err != "AlreadyProcessed"
+        if landed and record.signature not in self.history:
             self.history[record.signature] = record
             self.transaction_count += 1
-            for key in keys:
+            record.order = self.transaction_count
+            for key in dict.fromkeys(keys):
                 self.by_address.setdefault(key, []).append(record.signature)
         return record
 
+    def _token_balances(self, addresses: list[Pubkey], programs: set[int]) -> list[dict[str, Any]]:
+        """pre/postTokenBalances: every token account the transaction names (not as a program),
+        with its mint's decimals."""
+        out = []
+        for index, address in enumerate(addresses):
+            if index in programs or str(address) in parsed.TOKEN_PROGRAMS:
+                continue
+            acct = self.svm.get_account(address)
+            if acct is None or not parsed.is_token_account(str(acct.owner), bytes(acct.data)):
+                continue
+            data = bytes(acct.data)
+            mint = self.svm.get_account(Pubkey.from_bytes(data[0:32]))
+            decimals = (
+                parsed.mint_decimals(str(mint.owner), bytes(mint.data))
+                if mint is not None
+                else None
+            )
+            if decimals is not None:
+                out.append(parsed.token_balance(index, str(acct.owner), data, decimals))
+        return out
+
     def airdrop(self, address: Pubkey, lamports: int) -> str:
+        """requestAirdrop as solana-test-validator's faucet does it: a transfer it signs. The
+        same request again under the same blockhash is the same transaction (not repeated)."""
         self.tick()
-        result = self.svm.airdrop(address, lamports)
-        if hasattr(result, "err"):
-            raise ValueError(f"airdrop failed: {result.err()}")
-        signature = str(result.signature())
-        self.history[signature] = TxRecord(
-            signature, self.slot, self.svm.get_clock().unix_timestamp, b"", None,
-            list(result.logs()), result.compute_units_consumed(), result.fee(),
-            [str(address)], [0], [self.svm.get_balance(address) or 0],
-        )  # fmt: skip
-        self.by_address.setdefault(str(address), []).append(signature)
-        return signature
+        ix = transfer(
+            TransferParams(from_pubkey=self.faucet.pubkey(), to_pubkey=address, lamports=lamports)
+        )
+        message = Message.new_with_blockhash([ix], self.faucet.pubkey(), self.blockhash())
+        tx = VersionedTransaction(message, [self.faucet])
+        record = self.process(tx)
+        if record.signature in self.history:
+            return record.signature
+        raise ValueError(f"airdrop failed: {record.err}")
 
     def record(self, signature: str) -> TxRecord | None:
         return self.history.get(signature)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import base58
 from solders.pubkey import Pubkey
+from solders.signature import Signature
 
 INVALID_PARAMS = -32602
 METHOD_NOT_FOUND = -32601
 SIMULATION_FAILED = -32002
+UNSUPPORTED_TRANSACTION_VERSION = -32015
+MIN_CONTEXT_SLOT_NOT_REACHED = -32016
 
 
 class RpcError(Exception):
@@ -26,8 +30,35 @@ def param(params: list[Any], i: int, name: str, default: Any = ...) -> Any:
     return default
 
 
-def pubkey(text: Any) -> Pubkey:
+def _decode(text: Any, size: int) -> bytes:
+    """Base58 `text` of `size` bytes, or -32602 with Agave's parse error (WrongSize, Invalid)."""
+    if not isinstance(text, str) or len(text) > (44 if size == 32 else 88):
+        raise RpcError(INVALID_PARAMS, "Invalid param: WrongSize")
     try:
-        return Pubkey.from_string(str(text))
+        raw = base58.b58decode(text)
     except ValueError as e:
-        raise RpcError(INVALID_PARAMS, f"Invalid param: {text!r} is not a public key") from e
+        raise RpcError(INVALID_PARAMS, "Invalid param: Invalid") from e
+    if len(raw) != size:
+        raise RpcError(INVALID_PARAMS, "Invalid param: WrongSize")
+    return bytes(raw)
+
+
+def pubkey(text: Any) -> Pubkey:
+    return Pubkey.from_bytes(_decode(text, 32))
+
+
+def signature(text: Any) -> Signature:
+    return Signature.from_bytes(_decode(text, 64))
+
+
+def check_commitment(config: dict[str, Any]) -> None:
+    """History methods answer only at `confirmed` or `finalized` (the default)."""
+    commitment = config.get("commitment") or "finalized"
+    if commitment == "processed":
+        raise RpcError(INVALID_PARAMS, "Method does not support commitment below `confirmed`")
+    if commitment not in ("confirmed", "finalized"):
+        raise RpcError(
+            INVALID_PARAMS,
+            f"Invalid params: unknown variant `{commitment}`, "
+            "expected one of `processed`, `confirmed`, `finalized`",
+        )

@@ -33,6 +33,8 @@ from svcpay.program.generated.accounts.plan import Plan
 from svcpay.program.generated.accounts.subscription import Subscription
 from svcpay.program.generated.program_id import PROGRAM_ID
 
+CLOCK_SYSVAR = Pubkey.from_string("SysvarC1ock11111111111111111111111111111111")
+
 
 class TransactionError(RuntimeError):
     """A transaction failed for a reason other than a svc_billing error."""
@@ -168,9 +170,10 @@ class BillingClient:
     async def due_subscriptions(
         self, plan: Pubkey | None = None, now: int | None = None
     ) -> list[tuple[Pubkey, Subscription]]:
-        """Subscriptions `collect` would act on at `now` (default: the local clock): ACTIVE
-        ones whose period ended, and every PAST DUE one (retry or expire)."""
-        now = int(time.time()) if now is None else now
+        """Subscriptions `collect` would act on at `now` (default: the cluster's clock, which
+        is what the program checks): ACTIVE ones whose period ended, and every PAST DUE one
+        (retry or expire)."""
+        now = await self.chain_time() if now is None else now
         filters: list[int | MemcmpOpts] = [
             MemcmpOpts(offset=0, bytes=b58encode(Subscription.discriminator).decode())
         ]
@@ -186,6 +189,13 @@ class BillingClient:
             if status == "PastDue" or (status == "Active" and sub.current_period_end <= now):
                 due.append((keyed.pubkey, sub))
         return due
+
+    async def chain_time(self) -> int:
+        """The Clock sysvar's unix_timestamp (it may differ from this machine's clock)."""
+        info = (await self.rpc.get_account_info(CLOCK_SYSVAR)).value
+        if info is None:
+            return int(time.time())
+        return int.from_bytes(bytes(info.data)[32:40], "little", signed=True)
 
     # -- provider ---------------------------------------------------------------------
     async def create_plan(

@@ -1,7 +1,8 @@
 """Replay stores: a proof's settled transaction may be used once. `claim` is atomic.
 
-In-memory for one process; SQLite (the embedded default) when processes share a machine.
-Redis or PostgreSQL stores for several machines implement the same two methods.
+In-memory for one process; SQLite (the embedded default) when processes share a machine;
+PostgreSQL (replay_postgres.PostgresReplayStore) when they share a database server. A Redis
+store would implement the same two methods.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""The `svcpay` command line. Today: `svcpay localnet`; the rest arrives with issue 7."""
+"""`svcpay localnet`: the drop-in validator in the foreground, with svc_billing loaded.
+
+Every argument after `localnet` goes to the validator (`svcpay localnet --help` lists its
+flags), so `svcpay.cli.main` hands them over before parsing anything itself.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,14 @@ import os
 import sys
 from pathlib import Path
 
+from svcpay.cli._common import Subparsers, command
 from svcpay.localnet.process import LOCALNET_PYTHON, PROGRAM_SO
 from svcpay.program.generated.program_id import PROGRAM_ID
 
+NAME = "localnet"
 
-def localnet(argv: list[str]) -> int:
+
+def run(argv: list[str]) -> int:
     """Runs the drop-in validator in the foreground (Ctrl-C stops it). With no
     --bpf-program, loads the built svc_billing at its program id."""
     python = Path(os.environ.get("SVCPAY_LOCALNET_PYTHON", LOCALNET_PYTHON))
@@ -30,21 +37,15 @@ def localnet(argv: list[str]) -> int:
     return 0  # not reached
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(
-        prog="svcpay", description="svcpay: HTTP 402 payments on Solana"
+def register(subparsers: Subparsers) -> None:
+    # Listed in `svcpay --help`; `main` dispatches `svcpay localnet ...` to `run` unparsed.
+    parser = command(
+        subparsers,
+        NAME,
+        lambda args: run(list(args.validator_args)),
+        help="run the local validator with svc_billing loaded (`svcpay localnet --help`)",
+        description="Runs the local validator in the foreground with the built svc_billing "
+        "program; every argument goes to the validator.",
+        global_options=False,
     )
-    parser.add_argument("command", choices=["localnet"], help="localnet: run the local validator")
-    if not args or args[0] in ("-h", "--help"):
-        parser.print_help()
-        print("\n`svcpay localnet --help` lists the validator's flags.")
-        return 0
-    if args[0] == "localnet":
-        return localnet(args[1:])
-    parser.parse_args(args[:1])  # prints the usage error and exits 2
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    parser.add_argument("validator_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)

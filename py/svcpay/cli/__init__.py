@@ -1,0 +1,110 @@
+"""The `svcpay` command line, for operators and developers.
+
+    svcpay localnet                      run the local validator with svc_billing loaded
+    svcpay keys create|show|airdrop      keypair files (Solana CLI format)
+    svcpay plan create|list|show|deprecate
+    svcpay subscribe PLAN                subscribe (first period charged at once)
+    svcpay subscription show|pause|resume|cancel SUB
+    svcpay pay URL                       fetch a gated URL, paying on 402
+    svcpay facilitator serve|migrate|crank|provider
+                                         run and operate the facilitator
+    svcpay analytics                     volume, subscriptions, revenue (table + PNG)
+
+Global options (before or after the command): `--url` (RPC URL; default $SVCPAY_RPC_URL or
+http://127.0.0.1:8899), `--keypair` (default $SVCPAY_KEYPAIR or ~/.config/solana/id.json)
+and `--json` (one JSON object on stdout instead of text). Amounts are token units scaled by
+the mint's decimals (`9.99`) or base units with a `u` suffix (`9990000u`); durations are
+`30d`, `12h`, `90m`, `3600s`, `1w` or combinations (`1d12h`).
+
+Failures print one line on stderr (what went wrong and what to do; with --json also a JSON
+object `{"error", "message", "exitCode"}` on stdout) and exit with:
+
+    0  ok
+    1  the operation failed (program, transaction, RPC or HTTP error)
+    2  usage error (bad arguments, missing or invalid keypair file)
+    3  not found (the plan, subscription, mint or token account does not exist)
+    4  payment declined or still required (`svcpay pay`)
+
+Adding a command: a module here with `register(subparsers)` (see `_common.command`), listed
+in `COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from svcpay.cli import facilitator, keys, localnet, pay, plan, subscription
+from svcpay.cli._common import (
+    EXIT_CODES,
+    EXIT_FAILED,
+    EXIT_USAGE,
+    CliParser,
+    add_global_options,
+    stderr,
+)
+from svcpay.cli._errors import describe
+
+# Each registers its commands, in the order `svcpay --help` lists them.
+COMMANDS: list[ModuleType] = [localnet, keys, plan, subscription, pay, facilitator]
+
+__all__ = ["COMMANDS", "build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = CliParser(
+        prog="svcpay",
+        description="svcpay: HTTP 402 pay-per-request and subscription payments on Solana.",
+        epilog=EXIT_CODES + "\n\n`svcpay COMMAND --help` describes each command;\n"
+        "`svcpay localnet --help` lists the validator's flags.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_global_options(parser, defaults=True)
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for module in COMMANDS:
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == [localnet.NAME]:
+        return localnet.run(args_list[1:])  # the validator parses its own flags
+    parser = build_parser()
+    if not args_list:
+        parser.print_help()
+        return 0
+    try:
+        args = parser.parse_args(args_list)
+    except SystemExit as e:  # --help (0) or a usage error (2), already printed
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(handler(args))
+    except KeyboardInterrupt:
+        stderr("svcpay: interrupted")
+        return 130
+    except Exception as e:
+        if os.environ.get("SVCPAY_DEBUG"):
+            raise
+        known = describe(e, args)
+        if known is None:
+            code, name = EXIT_FAILED, type(e).__name__
+            message = f"unexpected {name}: {e} (SVCPAY_DEBUG=1 shows the traceback)"
+        else:
+            code, name, message = known
+        stderr(f"svcpay: {message}")
+        if getattr(args, "json", False):
+            print(json.dumps({"error": name, "message": message, "exitCode": code}))
+        return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

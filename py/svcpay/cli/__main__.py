@@ -1,0 +1,7 @@
+"""`python -m svcpay.cli`."""
+
+import sys
+
+from svcpay.cli import main
+
+sys.exit(main())

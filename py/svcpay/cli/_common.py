@@ -1,0 +1,344 @@
+"""What every `svcpay` command shares: exit codes, errors, global options, argument types,
+output (human or `--json`), keypairs and the RPC connection.
+
+A command module calls `command(subparsers, name, ...)` for each of its (sub)commands and
+gives it a handler `(args) -> int`; a handler raises `CliError` (or lets a program, RPC or
+keypair error through) and `svcpay.cli.main` turns it into one line on stderr and an exit
+code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any, NoReturn, TypeAlias, TypeVar
+
+from solana.rpc.async_api import AsyncClient
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+from spl.token.constants import TOKEN_PROGRAM_ID
+
+from svcpay.amounts import U64_MAX, format_amount, to_base_units
+from svcpay.keys import KeypairFileError, load_keypair
+from svcpay.program.client import BillingClient, TransactionError
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # the operation failed: a program, transaction, RPC or HTTP error
+EXIT_USAGE = 2  # bad arguments, or a keypair file that cannot be used
+EXIT_NOT_FOUND = 3  # an account (plan, subscription, mint, token account) does not exist
+EXIT_PAYMENT = 4  # `pay`: the payment was declined or is still required
+
+EXIT_CODES = """\
+exit codes:
+  0  ok
+  1  the operation failed (program, transaction, RPC or HTTP error)
+  2  usage error (bad arguments, missing or invalid keypair file)
+  3  not found (the plan, subscription, mint or token account does not exist)
+  4  payment declined or still required (`svcpay pay`)"""
+
+DEFAULT_RPC_URL = "http://127.0.0.1:8899"
+DEFAULT_KEYPAIR = "~/.config/solana/id.json"
+MINT_SIZE = 82
+HELP_WIDTH = 88
+
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+Handler = Callable[[argparse.Namespace], int]
+T = TypeVar("T")
+
+
+# -- errors -----------------------------------------------------------------------------
+class CliError(Exception):
+    """A failure to report as one line on stderr, with the exit code it means."""
+
+    exit_code = EXIT_FAILED
+    name = "Failed"
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class UsageError(CliError):
+    exit_code = EXIT_USAGE
+    name = "UsageError"
+
+
+class NotFound(CliError):
+    exit_code = EXIT_NOT_FOUND
+    name = "NotFound"
+
+
+class PaymentDeclined(CliError):
+    exit_code = EXIT_PAYMENT
+    name = "PaymentDeclined"
+
+
+# -- parsers ------------------------------------------------------------------------------
+class CliParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line (and exit 2, as argparse's do)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
+def add_global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """--url, --keypair and --json. The top-level parser holds the defaults (read from the
+    environment when `main` runs); subcommands accept the same options after their name
+    without overriding what was given before it."""
+
+    def default(value: object) -> object:
+        return value if defaults else argparse.SUPPRESS
+
+    group = parser.add_argument_group("global options")
+    group.add_argument(
+        "--url",
+        metavar="RPC_URL",
+        default=default(os.environ.get("SVCPAY_RPC_URL") or DEFAULT_RPC_URL),
+        help=f"Solana JSON-RPC URL (default: $SVCPAY_RPC_URL or {DEFAULT_RPC_URL})",
+    )
+    group.add_argument(
+        "--keypair",
+        metavar="PATH",
+        default=default(os.environ.get("SVCPAY_KEYPAIR") or DEFAULT_KEYPAIR),
+        help=f"signer's keypair file, Solana CLI format (default: $SVCPAY_KEYPAIR or "
+        f"{DEFAULT_KEYPAIR})",
+    )
+    group.add_argument(
+        "--json",
+        action="store_true",
+        default=default(False),
+        help="print one machine-readable JSON object on stdout",
+    )
+
+
+def command(
+    subparsers: Subparsers,
+    name: str,
+    handler: Handler | None,
+    *,
+    help: str,
+    description: str,
+    epilog: str | None = None,
+    global_options: bool = True,
+) -> argparse.ArgumentParser:
+    """A (sub)command parser with the global options; `handler` runs it (None for a group
+    of subcommands)."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name,
+        help=help,
+        description=textwrap.fill(description, HELP_WIDTH),
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    if global_options:
+        add_global_options(parser, defaults=False)
+    if handler is not None:
+        parser.set_defaults(handler=handler)
+    return parser
+
+
+def subcommands(parser: argparse.ArgumentParser, title: str) -> Subparsers:
+    return parser.add_subparsers(title=title, metavar="COMMAND", required=True)
+
+
+# -- argument types -----------------------------------------------------------------------
+def pubkey_arg(text: str) -> Pubkey:
+    try:
+        return Pubkey.from_string(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a base58 Solana address: {text!r}") from None
+
+
+def u64_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 <= value <= U64_MAX:
+        raise argparse.ArgumentTypeError(f"must lie between 0 and {U64_MAX}: {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Amount:
+    """An amount as typed: token units (`9.99`, scaled by the mint's decimals) or base
+    units (`9990000u`)."""
+
+    text: str
+    base_units: int | None = None
+
+    def to_base(self, decimals: int) -> int:
+        if self.base_units is not None:
+            return self.base_units
+        try:
+            units = to_base_units(self.text, decimals)
+        except ValueError as e:
+            raise UsageError(
+                f"amount {e}: the token has {decimals} decimals "
+                f"(or give base units with a u suffix, e.g. 1500000u)"
+            ) from None
+        if units == 0:
+            raise UsageError(f"amount {self.text!r} is zero in base units: give more")
+        return units
+
+
+_BASE_UNITS = re.compile(r"^(\d+)\s*(?:u|units)$", re.IGNORECASE)
+
+
+def amount_arg(text: str) -> Amount:
+    """`9.99` (token units) or `9990000u` (base units); greater than zero."""
+    text = text.strip().replace("_", "")
+    match = _BASE_UNITS.match(text)
+    if match:
+        units = int(match.group(1))
+        if not 0 < units <= U64_MAX:
+            raise argparse.ArgumentTypeError(f"base units must lie between 1 and {U64_MAX}")
+        return Amount(text, units)
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(
+            f"not an amount: {text!r} (write token units like 9.99, or base units like 9990000u)"
+        ) from None
+    if not value.is_finite() or value <= 0:
+        raise argparse.ArgumentTypeError(f"amount must be greater than zero: {text!r}")
+    return Amount(text)
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+_DURATION = re.compile(r"(\d+)([smhdw])")
+
+
+def parse_duration(text: str) -> int:
+    """`30d`, `12h`, `90m`, `3600s`, `1w`, `1d12h` or bare seconds (`3600`) -> seconds."""
+    t = text.strip().lower().replace(" ", "")
+    if t.isdigit():
+        return int(t)
+    parts = _DURATION.findall(t)
+    if not t or "".join(n + u for n, u in parts) != t:
+        raise argparse.ArgumentTypeError(
+            f"not a duration: {text!r} (use e.g. 30d, 12h, 90m, 3600s or 1d12h)"
+        )
+    return sum(int(n) * _UNITS[u] for n, u in parts)
+
+
+def period_arg(text: str) -> int:
+    secs = parse_duration(text)
+    if secs <= 0:
+        raise argparse.ArgumentTypeError(f"the period must be longer than zero: {text!r}")
+    return secs
+
+
+def format_duration(secs: int) -> str:
+    """3600 -> `1h`, 2592000 -> `30d`, 5400 -> `1h30m`, 0 -> `0s`."""
+    if secs <= 0:
+        return "0s"
+    out = []
+    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60), ("s", 1)):
+        n, secs = divmod(secs, size)
+        if n:
+            out.append(f"{n}{unit}")
+    return "".join(out)
+
+
+def format_time(ts: int) -> str:
+    if ts <= 0:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def format_units(units: int, decimals: int) -> str:
+    """`9990000`, 6 -> `9.99`."""
+    return format_amount(units, decimals, symbol="")
+
+
+# -- output -------------------------------------------------------------------------------
+def emit(args: argparse.Namespace, data: Mapping[str, Any], human: Iterable[str]) -> None:
+    """The command's result: `data` as one JSON object with --json, else `human` lines."""
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        for line in human:
+            print(line)
+
+
+def table(rows: Iterable[tuple[str, object]]) -> list[str]:
+    rows = list(rows)
+    width = max((len(k) for k, _ in rows), default=0)
+    return [f"{k:<{width}}  {v}" for k, v in rows]
+
+
+# -- keypairs and the chain -------------------------------------------------------------------
+def load_signer(args: argparse.Namespace, path: str | None = None) -> Keypair:
+    """The keypair at `path` (default --keypair); a missing or bad file is a usage error."""
+    where = path or args.keypair
+    try:
+        return load_keypair(where)
+    except KeypairFileError as e:
+        if "no such keypair file" in str(e):
+            raise UsageError(
+                f"keypair {where} not found: create one with `svcpay keys create` "
+                f"or pass --keypair PATH"
+            ) from None
+        raise UsageError(f"{e}: pass --keypair with a Solana CLI keypair file") from None
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+@asynccontextmanager
+async def billing_client(args: argparse.Namespace) -> AsyncIterator[BillingClient]:
+    client = BillingClient.connect(args.url)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def send(action: Callable[[], Awaitable[T]]) -> T:
+    """Runs `action` (a BillingClient call that sends one transaction). Each command starts
+    with a new client, so the same instruction repeated within a slot (pause, resume,
+    pause) is the same transaction as before, which the cluster drops as AlreadyProcessed:
+    the client then waits for the next blockhash and sends it again."""
+    try:
+        return await action()
+    except TransactionError as e:
+        if "AlreadyProcessed" not in str(e):
+            raise
+    return await action()
+
+
+async def mint_decimals(rpc: AsyncClient, mint: Pubkey) -> int:
+    """The decimals of SPL Token mint `mint`; NotFound unless it is one."""
+    info = (await rpc.get_account_info(mint)).value
+    if info is None:
+        raise NotFound(f"mint {mint} not found on this cluster: check the address and --url")
+    data = bytes(info.data)
+    if info.owner != TOKEN_PROGRAM_ID or len(data) != MINT_SIZE:
+        raise NotFound(f"{mint} is not an SPL Token mint: pass the token's mint address")
+    return data[44]
+
+
+async def require_token_account(rpc: AsyncClient, account: Pubkey, what: str) -> None:
+    info = (await rpc.get_account_info(account)).value
+    if info is None:
+        raise NotFound(f"{what} {account} does not exist: create it (and fund it) first")
+    if info.owner != TOKEN_PROGRAM_ID:
+        raise NotFound(f"{what} {account} is not an SPL token account")
+
+
+def stderr(line: str) -> None:
+    print(line, file=sys.stderr)

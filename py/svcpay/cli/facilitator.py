@@ -1,0 +1,348 @@
+"""`svcpay facilitator ...` (run and operate the facilitator) and `svcpay analytics`.
+
+The facilitator reads its configuration from the environment (svcpay.facilitator.config:
+SVCPAY_DATABASE_URL, SVCPAY_FACILITATOR_KEYPAIR, SVCPAY_RPC_URL, ...); `--url` and
+`--keypair` given here override SVCPAY_RPC_URL and SVCPAY_FACILITATOR_KEYPAIR, and
+`--database` overrides SVCPAY_DATABASE_URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from svcpay.cli._common import (
+    DEFAULT_KEYPAIR,
+    CliError,
+    Subparsers,
+    UsageError,
+    command,
+    emit,
+    pubkey_arg,
+    run,
+    subcommands,
+    table,
+)
+from svcpay.facilitator.config import ConfigError, FacilitatorConfig
+from svcpay.facilitator.db import DatabaseUrlError, current_revision, migrate, redacted
+
+NAME = "facilitator"
+
+
+def config(args: argparse.Namespace, *, need_keypair: bool = True) -> FacilitatorConfig:
+    env = dict(os.environ)
+    if getattr(args, "database", None):
+        env["SVCPAY_DATABASE_URL"] = args.database
+        env.pop("SVCPAY_DATABASE_URL_FILE", None)
+    env["SVCPAY_RPC_URL"] = args.url  # its default is $SVCPAY_RPC_URL
+    given = args.keypair != (os.environ.get("SVCPAY_KEYPAIR") or DEFAULT_KEYPAIR)
+    if given or not (
+        env.get("SVCPAY_FACILITATOR_KEYPAIR") or env.get("SVCPAY_FACILITATOR_KEYPAIR_JSON")
+    ):
+        env["SVCPAY_FACILITATOR_KEYPAIR"] = args.keypair
+        env.pop("SVCPAY_FACILITATOR_KEYPAIR_JSON", None)
+    try:
+        return FacilitatorConfig.from_env(env)
+    except ConfigError as e:
+        if need_keypair or "keypair" not in str(e):
+            raise UsageError(str(e)) from None
+        from solders.keypair import Keypair
+
+        env.pop("SVCPAY_FACILITATOR_KEYPAIR", None)
+        env["SVCPAY_FACILITATOR_KEYPAIR_JSON"] = json.dumps(list(bytes(Keypair())))
+        return FacilitatorConfig.from_env(env)
+
+
+@contextmanager
+def database_errors() -> Iterator[None]:
+    try:
+        yield
+    except DatabaseUrlError as e:
+        raise UsageError(f"{e} (set SVCPAY_DATABASE_URL or pass --database)") from None
+    except Exception as e:
+        if type(e).__module__.startswith(("sqlalchemy", "psycopg", "sqlite3", "alembic")):
+            raise CliError(f"database error: {str(e).splitlines()[0]}") from None
+        raise
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from svcpay.facilitator.app import create_app
+    from svcpay.facilitator.service import Facilitator
+
+    cfg = config(args)
+    if args.crank_interval is not None:
+        cfg = replace(cfg, crank_interval_secs=args.crank_interval)
+    with database_errors():
+        service = Facilitator(cfg)
+    app = create_app(service)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level)
+    )
+
+    async def main() -> None:
+        task = asyncio.create_task(server.serve())
+        while not server.started and not task.done():
+            await asyncio.sleep(0.05)
+        if server.started:
+            port = server.servers[0].sockets[0].getsockname()[1]
+            print(
+                f"svcpay facilitator ready http://{args.host}:{port} "
+                f"key {service.public_key} database {redacted(cfg.database_url)}",
+                flush=True,
+            )
+        await task
+
+    # uvicorn stops gracefully on SIGINT/SIGTERM, then raises the signal again for its
+    # caller: both are a normal way to stop a server, so exit 0.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with suppress(KeyboardInterrupt):
+        asyncio.run(main())
+    return 0 if server.started else 1
+
+
+def migrate_cmd(args: argparse.Namespace) -> int:
+    cfg = config(args, need_keypair=False)
+    with database_errors():
+        before = current_revision(cfg.database_url)
+        migrate(cfg.database_url)
+        after = current_revision(cfg.database_url)
+    emit(
+        args,
+        {"database": redacted(cfg.database_url), "from": before, "to": after},
+        [f"{redacted(cfg.database_url)}: schema {before or 'empty'} -> {after}"],
+    )
+    return 0
+
+
+def provider_create(args: argparse.Namespace) -> int:
+    from svcpay.facilitator.store import Store
+
+    cfg = config(args, need_keypair=False)
+
+    async def go() -> dict[str, Any]:
+        store = Store.open(cfg.database_url)
+        try:
+            pid = await store.create_provider(args.name)
+            key_id, key = await store.create_api_key(pid, args.label)
+            for plan in args.plan:
+                await store.add_resource(pid, "plan", str(plan))
+            for pay_to in args.pay_to:
+                await store.add_resource(pid, "payTo", str(pay_to))
+            return {"provider": pid, "name": args.name, "keyId": key_id, "apiKey": key}
+        finally:
+            await store.close()
+
+    with database_errors():
+        data = run(go())
+    emit(
+        args,
+        data,
+        [
+            *table([("provider", data["provider"]), ("name", args.name)]),
+            f"API key (shown once; store it as a secret): {data['apiKey']}",
+        ],
+    )
+    return 0
+
+
+def provider_add(args: argparse.Namespace) -> int:
+    from svcpay.facilitator.store import Store
+
+    cfg = config(args, need_keypair=False)
+    if not args.plan and not args.pay_to:
+        raise UsageError("name at least one --plan or --pay-to")
+
+    async def go() -> list[tuple[str, str]]:
+        store = Store.open(cfg.database_url)
+        try:
+            if await store.provider(args.provider) is None:
+                raise CliError(f"no provider {args.provider}", exit_code=3)
+            for plan in args.plan:
+                await store.add_resource(args.provider, "plan", str(plan))
+            for pay_to in args.pay_to:
+                await store.add_resource(args.provider, "payTo", str(pay_to))
+            return await store.resources(args.provider)
+        finally:
+            await store.close()
+
+    with database_errors():
+        resources = run(go())
+    emit(
+        args,
+        {"provider": args.provider, "resources": [{"kind": k, "address": a} for k, a in resources]},
+        [f"{kind:6} {address}" for kind, address in resources],
+    )
+    return 0
+
+
+def crank_cmd(args: argparse.Namespace) -> int:
+    from svcpay.facilitator.service import Facilitator
+
+    cfg = config(args)
+
+    async def go() -> dict[str, Any]:
+        service = Facilitator(cfg)
+        try:
+            began = time.monotonic()
+            summary = await service.crank_once()
+            return {**summary.to_json_dict(), "seconds": round(time.monotonic() - began, 2)}
+        finally:
+            await service.aclose()
+
+    with database_errors():
+        data = run(go())
+    emit(args, data, table([(k, v) for k, v in data.items() if k != "errors"]))
+    return 0
+
+
+def analytics_cmd(args: argparse.Namespace) -> int:
+    from svcpay.facilitator import analytics
+    from svcpay.facilitator.store import Store
+
+    cfg = config(args, need_keypair=False)
+    params = {k: v for k, v in (("from", args.start), ("to", args.end)) if v}
+    try:
+        start, end = analytics.parse_range(params, int(time.time()))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+    async def go() -> dict[str, Any]:
+        store = Store.open(cfg.database_url)
+        try:
+            return await analytics.report(store, provider_id=args.provider, start=start, end=end)
+        finally:
+            await store.close()
+
+    with database_errors():
+        data = run(go())
+    if args.chart:
+        png = analytics.chart_png(data, title=f"svcpay: {data['from']} to {data['to']}")
+        Path(args.chart).write_bytes(png)
+    totals = data["totals"]
+    lines = [
+        f"{data['from']} to {data['to']}"
+        + (f", provider {args.provider}" if args.provider else ""),
+        *table(
+            [
+                ("volume", totals["volume"]),
+                ("payments", totals["payments"]),
+                *((f"  {mode}", amount) for mode, amount in totals["byMode"].items()),
+                ("active subscriptions", data["subscriptions"]["active"]),
+                ("new", data["subscriptions"]["new"]),
+                ("churned", data["subscriptions"]["churned"]),
+                ("recurring revenue (30 days)", data["recurringRevenue"]["monthly"]),
+            ]
+        ),
+        "",
+        f"{'date':10}  {'volume':>14}  {'payments':>8}  {'new':>4}  {'churned':>7}",
+        *(
+            f"{d['date']:10}  {d['volume']:>14}  {d['payments']:>8}  "
+            f"{d['newSubscriptions']:>4}  {d['churned']:>7}"
+            for d in data["days"]
+            if d["payments"] or d["newSubscriptions"] or d["churned"]
+        ),
+    ]
+    if args.chart:
+        lines.append(f"chart: {args.chart}")
+    emit(args, {**data, "chart": args.chart}, lines)
+    return 0
+
+
+def register(subparsers: Subparsers) -> None:
+    database = {"metavar": "URL", "help": "database URL (default: $SVCPAY_DATABASE_URL)"}
+    group = command(
+        subparsers,
+        NAME,
+        None,
+        help="run and operate the facilitator",
+        description="Run the facilitator service, migrate its database, manage providers "
+        "and their API keys, and run a billing pass by hand.",
+    )
+    sub = subcommands(group, "facilitator commands")
+
+    p = command(
+        sub,
+        "serve",
+        serve,
+        help="run the HTTP service",
+        description="Runs the facilitator's HTTP API with webhook delivery, the billing crank "
+        "and the chain indexer in the background, until Ctrl-C.",
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8402, help="0 picks a free port (default 8402)")
+    p.add_argument("--database", **database)  # type: ignore[arg-type]
+    p.add_argument(
+        "--crank-interval",
+        type=float,
+        metavar="SECS",
+        help="seconds between billing runs (default $SVCPAY_CRANK_INTERVAL_SECS or 60; 0: off)",
+    )
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning"])
+
+    p = command(
+        sub,
+        "migrate",
+        migrate_cmd,
+        help="create or upgrade the database schema",
+        description="Brings the database's schema to the current revision (Alembic).",
+    )
+    p.add_argument("--database", **database)  # type: ignore[arg-type]
+
+    p = command(
+        sub,
+        "crank",
+        crank_cmd,
+        help="run one billing pass now",
+        description="Collects every due subscription of the registered plans once and "
+        "prints the summary.",
+    )
+    p.add_argument("--database", **database)  # type: ignore[arg-type]
+
+    provider = command(
+        sub,
+        "provider",
+        None,
+        help="providers and their API keys",
+        description="Providers are created by the operator; each gets an API key (shown "
+        "once) and the plans and payTo accounts it owns.",
+    )
+    psub = subcommands(provider, "provider commands")
+    p = command(psub, "create", provider_create, help="create a provider and its API key",
+                description="Creates a provider, prints its API key once.")  # fmt: skip
+    p.add_argument("name")
+    p.add_argument("--label", default="", help="a note on the key")
+    p.add_argument("--plan", action="append", type=pubkey_arg, default=[], help="a plan it owns")
+    p.add_argument("--pay-to", action="append", type=pubkey_arg, default=[],
+                   help="a token account it is paid to")  # fmt: skip
+    p.add_argument("--database", **database)  # type: ignore[arg-type]
+    p = command(psub, "add", provider_add, help="register plans or payTo accounts",
+                description="Registers more plans or payTo accounts to a provider.")  # fmt: skip
+    p.add_argument("provider")
+    p.add_argument("--plan", action="append", type=pubkey_arg, default=[])
+    p.add_argument("--pay-to", action="append", type=pubkey_arg, default=[])
+    p.add_argument("--database", **database)  # type: ignore[arg-type]
+
+    p = command(
+        subparsers,
+        "analytics",
+        analytics_cmd,
+        help="payment volume, subscriptions and revenue (table and PNG chart)",
+        description="Payment volume by day and mode, subscriptions (active, new, churned) "
+        "and recurring revenue, from the facilitator's database.",
+    )
+    p.add_argument("--from", dest="start", metavar="DATE", help="YYYY-MM-DD or unix seconds")
+    p.add_argument("--to", dest="end", metavar="DATE", help="YYYY-MM-DD or unix seconds")
+    p.add_argument("--provider", help="one provider's figures (default: all)")
+    p.add_argument("--chart", metavar="FILE.png", help="also write the chart here")
+    p.add_argument("--database", **database)  # type: ignore[arg-type]

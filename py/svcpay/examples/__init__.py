@@ -1,0 +1,1 @@
+"""Examples of providers built on svcpay: `resource_server`, a FastAPI app behind the gate."""

@@ -1,0 +1,292 @@
+"""An example resource server: a FastAPI app whose API is sold through svcpay's payment gate.
+
+    GET  /v1/data      one-time payment, 0.50 USDC per request (X-PAYMENT)
+    GET  /v1/resource  subscription to a plan (X-Svc-Sub)
+    POST /v1/process   metered: a subscription with an allowance, 0.10 USDC deducted per
+                       call (402 AllowanceExhausted at the cap)
+    GET  /health       free
+
+Run it with `python -m svcpay.examples.resource_server --port 8000`; it prints one line
+when it is ready. Configuration comes from the environment:
+
+    SVCPAY_RPC_URL             the cluster's JSON-RPC URL (default http://127.0.0.1:8899)
+    SVCPAY_NETWORK             the network named in terms and proofs (default solana-mainnet)
+    SVCPAY_FACILITATOR_URL     the facilitator clients pay through (advertised in `svc`)
+    SVCPAY_FACILITATOR_KEY     the facilitator's proof-signing key; by default read at
+                               startup from `GET {SVCPAY_FACILITATOR_URL}/supported`
+                               (`facilitatorKey`). Proofs are then verified offline.
+    SVCPAY_PAY_TO              the token account one-time payments go to
+    SVCPAY_MINT                the token (a 6-decimal mint such as USDC)
+    SVCPAY_SUBSCRIPTION_PLAN   the plan that opens GET /v1/resource
+    SVCPAY_METERED_PLAN        the plan whose allowance POST /v1/process draws on
+    SVCPAY_BILLING_AUTHORITY   keypair file (Solana CLI format) of the metered plan's billing
+                               authority, which signs deduct_allowance
+    SVCPAY_STATE_DB            SQLite file of used proofs and pending metered usage
+                               (default resource-server.db)
+    SVCPAY_MEMO_SECRET         optional, at least 16 bytes: the key of the memos in 402
+                               terms. Random per process by default, so processes serving
+                               the same API must share one.
+
+At startup the plans are read from the chain (their price and period are what the 402 body
+shows) and checked against the mint and the billing authority; a misconfiguration stops the
+server with the reason. Handlers run only once the gate has verified the payment, so they
+can read the verified credential (the X-PAYMENT proof or the X-Svc-Sub id) from the request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import uvicorn
+from fastapi import APIRouter, FastAPI, Header
+from pydantic import BaseModel
+from solana.exceptions import SolanaRpcException
+from solana.rpc.api import Client
+from solana.rpc.commitment import Confirmed
+from solders.pubkey import Pubkey
+
+from svcpay.amounts import to_base_units
+from svcpay.gate import OneTime, Subscription, payment_gate
+from svcpay.gate.chain import ChainSubscriptions
+from svcpay.gate.meter import BatchingMeter
+from svcpay.gate.pricing import Terms
+from svcpay.keys import load_keypair
+from svcpay.program.client import BillingClient
+from svcpay.program.generated.accounts.plan import Plan
+from svcpay.program.generated.program_id import PROGRAM_ID
+from svcpay.protocol.headers import NETWORK_MAINNET, SCHEME_EXACT, X_PAYMENT, X_SVC_SUB
+from svcpay.protocol.memo import Memos
+from svcpay.protocol.proof import parse_payment_proof
+from svcpay.protocol.replay import SqliteReplayStore
+
+DATA_PRICE = to_base_units("0.50")  # 500000 base units of a 6-decimal mint
+PROCESS_PRICE = to_base_units("0.10")  # per POST /v1/process, from the allowance
+DECIMALS = 6  # the prices above assume it
+REQUIRED = (
+    "SVCPAY_FACILITATOR_URL",
+    "SVCPAY_PAY_TO",
+    "SVCPAY_MINT",
+    "SVCPAY_SUBSCRIPTION_PLAN",
+    "SVCPAY_METERED_PLAN",
+    "SVCPAY_BILLING_AUTHORITY",
+)
+ADDRESSES = REQUIRED[1:5] + ("SVCPAY_FACILITATOR_KEY",)
+
+
+class ConfigError(ValueError):
+    """The server cannot start as configured; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    facilitator_url: str
+    pay_to: str
+    mint: str
+    subscription_plan: str
+    metered_plan: str
+    billing_authority: Path
+    rpc_url: str = "http://127.0.0.1:8899"
+    network: str = NETWORK_MAINNET
+    facilitator_key: str | None = None
+    state_db: Path = Path("resource-server.db")
+    memo_secret: bytes | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        if missing := [name for name in REQUIRED if not env.get(name)]:
+            raise ConfigError(f"set {', '.join(missing)} (see svcpay.examples.resource_server)")
+        for name in ADDRESSES:
+            if env.get(name):
+                _address(env[name], name)
+        secret = env.get("SVCPAY_MEMO_SECRET")
+        if secret is not None and len(secret.encode()) < 16:
+            raise ConfigError("SVCPAY_MEMO_SECRET must be at least 16 bytes")
+        return cls(
+            facilitator_url=env["SVCPAY_FACILITATOR_URL"],
+            pay_to=env["SVCPAY_PAY_TO"],
+            mint=env["SVCPAY_MINT"],
+            subscription_plan=env["SVCPAY_SUBSCRIPTION_PLAN"],
+            metered_plan=env["SVCPAY_METERED_PLAN"],
+            billing_authority=Path(env["SVCPAY_BILLING_AUTHORITY"]),
+            rpc_url=env.get("SVCPAY_RPC_URL") or cls.rpc_url,
+            network=env.get("SVCPAY_NETWORK") or cls.network,
+            facilitator_key=env.get("SVCPAY_FACILITATOR_KEY") or None,
+            state_db=Path(env.get("SVCPAY_STATE_DB") or cls.state_db),
+            memo_secret=secret.encode() if secret is not None else None,
+        )
+
+
+# -- the API: handlers run only for requests the gate let through ---------------------------
+router = APIRouter()
+PaymentHeader = Annotated[str, Header(alias=X_PAYMENT)]
+SubscriptionHeader = Annotated[str, Header(alias=X_SVC_SUB)]
+
+
+class Document(BaseModel):
+    text: str = ""
+
+
+@router.get("/health")
+async def health() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/v1/data")
+async def data(x_payment: PaymentHeader) -> dict[str, str]:
+    proof = parse_payment_proof(x_payment)  # already verified (and claimed) by the gate
+    return {"data": "the data", "paidBy": proof.payer, "transaction": proof.transaction}
+
+
+@router.get("/v1/resource")
+async def resource(x_svc_sub: SubscriptionHeader) -> dict[str, str]:
+    return {"resource": "the resource", "paidBy": x_svc_sub}  # an ACTIVE subscription's id
+
+
+@router.post("/v1/process")
+async def process(x_svc_sub: SubscriptionHeader, doc: Document | None = None) -> dict[str, object]:
+    words = len(doc.text.split()) if doc else 0
+    return {"result": {"words": words}, "paidBy": x_svc_sub, "charged": str(PROCESS_PRICE)}
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """The API behind the gate. Reads the plans (and, unless configured, the facilitator's
+    key) at once; the usage meter runs with the app and is flushed when it stops."""
+    authority = load_keypair(settings.billing_authority)
+    facilitator_key = settings.facilitator_key or fetch_facilitator_key(settings)
+    subscription = plan_pricing(settings, settings.subscription_plan)
+    metered = plan_pricing(settings, settings.metered_plan, PROCESS_PRICE, authority.pubkey())
+    billing = BillingClient.connect(settings.rpc_url)
+    meter = BatchingMeter(billing, authority, settings.state_db)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await meter.start()
+        try:
+            yield
+        finally:
+            try:
+                await meter.close()  # deducts the usage still pending
+            finally:
+                await billing.close()
+
+    app = FastAPI(title="svcpay example resource server", lifespan=lifespan)
+    app.include_router(router)
+    app.add_middleware(
+        payment_gate,
+        pricing={
+            "/v1/data": [OneTime(DATA_PRICE)],
+            "/v1/resource": [subscription],
+            "/v1/process": [metered],
+        },
+        terms=Terms(settings.pay_to, settings.mint, settings.network, settings.facilitator_url),
+        memos=Memos(settings.memo_secret or os.urandom(32)),
+        trusted_facilitators={facilitator_key},
+        replay=SqliteReplayStore(settings.state_db),
+        subscriptions=ChainSubscriptions(billing),
+        meter=meter,
+    )
+    return app
+
+
+# -- startup reads and checks -------------------------------------------------------------
+def fetch_facilitator_key(settings: Settings, http: httpx.Client | None = None) -> str:
+    """The facilitator's proof-signing key, from its `GET /supported` (which must list
+    one-time payments on the configured network)."""
+    url = settings.facilitator_url.rstrip("/") + "/supported"
+    client = http or httpx.Client(timeout=10)
+    try:
+        reply = client.get(url)
+        body = reply.json() if reply.status_code == 200 else None
+    except (httpx.HTTPError, ValueError) as e:
+        raise ConfigError(f"cannot read the facilitator's key from {url}: {e}") from e
+    finally:
+        if http is None:
+            client.close()
+    if not isinstance(body, dict) or not isinstance(body.get("facilitatorKey"), str):
+        raise ConfigError(f"{url} did not answer with a facilitatorKey")
+    kind = {"scheme": SCHEME_EXACT, "network": settings.network}
+    if kind not in (body.get("kinds") or []):
+        raise ConfigError(f"the facilitator at {url} does not settle on {settings.network}")
+    return _address(body["facilitatorKey"], f"{url} facilitatorKey")
+
+
+def plan_pricing(
+    settings: Settings,
+    address: str,
+    metered: int | None = None,
+    billed_by: Pubkey | None = None,
+) -> Subscription:
+    """The gate's entry for a plan, with its price and period as on chain, after checking
+    that it is priced in the configured mint and (for metered use) that `billed_by` is the
+    billing authority that may deduct from its allowances."""
+    rpc = Client(settings.rpc_url)
+    try:
+        info = rpc.get_account_info(Pubkey.from_string(address), Confirmed).value
+    except SolanaRpcException as e:
+        raise ConfigError(f"cannot read plan {address} from {settings.rpc_url}: {e}") from e
+    data = bytes(info.data) if info is not None and info.owner == PROGRAM_ID else b""
+    if not data.startswith(Plan.discriminator):
+        raise ConfigError(f"{address} is not a svc_billing plan on {settings.rpc_url}")
+    plan = Plan.decode(data)
+    if str(plan.mint) != settings.mint or plan.decimals != DECIMALS:
+        raise ConfigError(f"plan {address} is not priced in {settings.mint} (6 decimals)")
+    if billed_by is not None and plan.billing_authority != billed_by:
+        raise ConfigError(
+            f"plan {address} is billed by {plan.billing_authority}, not by the keypair in "
+            f"{settings.billing_authority} ({billed_by})"
+        )
+    return Subscription(address, plan.amount, plan.period_secs, metered)
+
+
+def _address(value: str, what: str) -> str:
+    try:
+        Pubkey.from_string(value)
+    except ValueError as e:
+        raise ConfigError(f"{what} must be a base58 address, got {value!r}") from e
+    return value
+
+
+# -- python -m svcpay.examples.resource_server ---------------------------------------------
+async def serve(app: FastAPI, host: str, port: int) -> None:
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    while not server.started and not task.done():
+        await asyncio.sleep(0.02)
+    if server.started:
+        bound = server.servers[0].sockets[0].getsockname()[1]
+        print(f"svcpay resource server ready http://{host}:{bound}", flush=True)
+    await task
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m svcpay.examples.resource_server",
+        description="The example API sold through svcpay's gate (configured by SVCPAY_* "
+        "environment variables; see the module's docstring).",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    args = parser.parse_args(argv)
+    try:
+        app = create_app(Settings.from_env())
+    except ValueError as e:  # ConfigError, KeypairFileError
+        print(f"resource server: {e}", file=sys.stderr)
+        return 2
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn stopped cleanly, then re-raised it
+        asyncio.run(serve(app, args.host, args.port))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

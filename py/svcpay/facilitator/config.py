@@ -1,0 +1,117 @@
+"""The facilitator's configuration, from the environment (and files it names).
+
+    SVCPAY_RPC_URL                   http://127.0.0.1:8899             the cluster's JSON-RPC
+    SVCPAY_DATABASE_URL              sqlite:///.svcpay/facilitator.db  or postgresql://...
+    SVCPAY_DATABASE_URL_FILE                                           a file holding the URL
+    SVCPAY_FACILITATOR_KEYPAIR       ~/.config/solana/id.json          keypair file
+    SVCPAY_FACILITATOR_KEYPAIR_JSON                                    the keypair's JSON array
+    SVCPAY_NETWORK                   solana-mainnet                    network name in proofs
+    SVCPAY_PROOF_TTL_SECS            300                               proof lifetime
+    SVCPAY_CRANK_INTERVAL_SECS       60                                billing runs; 0: off
+    SVCPAY_WEBHOOK_INTERVAL_SECS     1                                 outbox polling
+    SVCPAY_INDEXER_INTERVAL_SECS     2                                 chain events; 0: off
+    SVCPAY_PAST_DUE_RETRY_SECS       3600                              first retry of a
+                                                                       failed renewal
+    SVCPAY_INSTANCE                  host-pid                          name for leases
+
+The keypair is the facilitator's identity: it pays settlement fees, signs proofs, and signs
+`deduct_allowance` for plans whose billing authority it is. It never comes from the
+repository, and neither it nor the database password is ever logged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from solders.keypair import Keypair
+
+from svcpay.keys import KeypairFileError, load_keypair
+from svcpay.protocol.headers import NETWORK_MAINNET
+
+
+class ConfigError(ValueError):
+    """The configuration is incomplete or malformed; the message says what to set."""
+
+
+@dataclass(frozen=True)
+class FacilitatorConfig:
+    keypair: Keypair = field(repr=False)
+    rpc_url: str = "http://127.0.0.1:8899"
+    database_url: str = field(default="sqlite:///.svcpay/facilitator.db", repr=False)
+    network: str = NETWORK_MAINNET
+    proof_ttl_secs: int = 300
+    crank_interval_secs: float = 60.0
+    webhook_interval_secs: float = 1.0
+    indexer_interval_secs: float = 2.0
+    past_due_retry_secs: int = 3600
+    instance: str = f"{socket.gethostname()}-{os.getpid()}"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> FacilitatorConfig:
+        e = os.environ if env is None else env
+        return cls(
+            keypair=_keypair(e),
+            rpc_url=e.get("SVCPAY_RPC_URL", cls.rpc_url),
+            database_url=_database_url(e),
+            network=e.get("SVCPAY_NETWORK", cls.network),
+            proof_ttl_secs=int(_number(e, "SVCPAY_PROOF_TTL_SECS", cls.proof_ttl_secs)),
+            crank_interval_secs=_number(e, "SVCPAY_CRANK_INTERVAL_SECS", cls.crank_interval_secs),
+            webhook_interval_secs=_number(
+                e, "SVCPAY_WEBHOOK_INTERVAL_SECS", cls.webhook_interval_secs
+            ),
+            indexer_interval_secs=_number(
+                e, "SVCPAY_INDEXER_INTERVAL_SECS", cls.indexer_interval_secs
+            ),
+            past_due_retry_secs=int(
+                _number(e, "SVCPAY_PAST_DUE_RETRY_SECS", cls.past_due_retry_secs)
+            ),
+            instance=e.get("SVCPAY_INSTANCE", cls.instance),
+        )
+
+
+def _number(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError as e:
+        raise ConfigError(f"{name} must be a number of seconds, not {raw!r}") from e
+    if value < 0:
+        raise ConfigError(f"{name} must not be negative")
+    return value
+
+
+def _database_url(env: Mapping[str, str]) -> str:
+    path = env.get("SVCPAY_DATABASE_URL_FILE")
+    if path:
+        try:
+            return Path(path).read_text().strip()
+        except OSError as e:
+            raise ConfigError(f"SVCPAY_DATABASE_URL_FILE: cannot read {path}") from e
+    return env.get("SVCPAY_DATABASE_URL", FacilitatorConfig.database_url)
+
+
+def _keypair(env: Mapping[str, str]) -> Keypair:
+    inline = env.get("SVCPAY_FACILITATOR_KEYPAIR_JSON")
+    if inline:
+        try:
+            raw = json.loads(inline)
+            return Keypair.from_bytes(bytes(raw))
+        except (ValueError, TypeError) as e:
+            raise ConfigError(
+                "SVCPAY_FACILITATOR_KEYPAIR_JSON must be a JSON array of 64 bytes"
+            ) from e
+    path = env.get("SVCPAY_FACILITATOR_KEYPAIR", "~/.config/solana/id.json")
+    try:
+        return load_keypair(path)
+    except KeypairFileError as e:
+        raise ConfigError(
+            f"facilitator keypair: {e}; set SVCPAY_FACILITATOR_KEYPAIR to a keypair file "
+            "(`svcpay keys create --outfile PATH`)"
+        ) from e

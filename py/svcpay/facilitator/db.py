@@ -1,0 +1,244 @@
+"""The facilitator's database: SQLite by default, PostgreSQL by URL (docs/adr/0009).
+
+`database_url("sqlite:///facilitator.db")` or `"postgresql://user@host/db"`; the schema is
+created and upgraded by Alembic (`migrate(url)`, migrations in `facilitator/migrations`),
+never by `create_all`. At run time the service talks to it through SQLAlchemy's async
+engine: aiosqlite for SQLite (WAL, one writer, a busy timeout), psycopg 3 for PostgreSQL.
+
+Times are unix seconds (INTEGER), token amounts base units (NUMERIC(20, 0) on PostgreSQL:
+a u64 fits; INTEGER on SQLite).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+metadata = sa.MetaData()
+# NUMERIC holds any u64 on PostgreSQL; SQLite would round a NUMERIC through a float, so
+# there amounts are 64-bit INTEGERs (up to 2^63 - 1 base units).
+Amount = sa.Numeric(20, 0).with_variant(sa.BigInteger(), "sqlite")
+
+settlements = sa.Table(
+    "settlements",
+    metadata,
+    sa.Column("signature", sa.String(100), primary_key=True),
+    sa.Column("network", sa.String(64), nullable=False),
+    sa.Column("payer", sa.String(64), nullable=False),
+    sa.Column("pay_to", sa.String(64), nullable=False),
+    sa.Column("token", sa.String(64), nullable=False),
+    sa.Column("amount", Amount, nullable=False),
+    sa.Column("memo", sa.Text, nullable=False),
+    sa.Column("transaction", sa.Text, nullable=False),  # base64, fee payer's signature on
+    sa.Column("status", sa.String(16), nullable=False),  # sending | settled | failed
+    sa.Column("issued_at", sa.BigInteger, nullable=False),
+    sa.Column("proof", sa.Text),
+    sa.Column("error", sa.Text),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("settled_at", sa.BigInteger),
+)
+
+providers = sa.Table(
+    "providers",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+)
+
+api_keys = sa.Table(
+    "api_keys",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True),
+    sa.Column("provider_id", sa.String(40), sa.ForeignKey("providers.id"), nullable=False),
+    sa.Column("key_hash", sa.String(64), nullable=False),
+    sa.Column("label", sa.String(200), nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("revoked_at", sa.BigInteger),
+)
+
+provider_resources = sa.Table(
+    "provider_resources",
+    metadata,
+    sa.Column("address", sa.String(64), primary_key=True),
+    sa.Column("kind", sa.String(16), nullable=False),  # plan | payTo
+    sa.Column("provider_id", sa.String(40), sa.ForeignKey("providers.id"), nullable=False),
+)
+
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("seq", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True),
+    sa.Column("id", sa.String(40), nullable=False, unique=True),
+    sa.Column("type", sa.String(64), nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("source", sa.String(16), nullable=False),  # chain | facilitator
+    sa.Column("chain_key", sa.String(120), unique=True),  # signature:index, dedupes chain events
+    sa.Column("provider_id", sa.String(40)),
+    sa.Column("plan", sa.String(64)),
+    sa.Column("subscription", sa.String(64)),
+    sa.Column("mode", sa.String(16)),  # one-time | subscription | metered
+    sa.Column("amount", Amount),
+    sa.Column("data", sa.Text, nullable=False),
+    sa.Index("ix_events_created_at", "created_at"),
+)
+
+webhook_endpoints = sa.Table(
+    "webhook_endpoints",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True),
+    sa.Column("provider_id", sa.String(40), sa.ForeignKey("providers.id"), nullable=False),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("secret", sa.String(100), nullable=False),
+    sa.Column("event_types", sa.Text, nullable=False),  # JSON list; ["*"] for all
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("disabled_at", sa.BigInteger),
+)
+
+webhook_deliveries = sa.Table(
+    "webhook_deliveries",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True),
+    sa.Column("endpoint_id", sa.String(40), sa.ForeignKey("webhook_endpoints.id"), nullable=False),
+    sa.Column("event_id", sa.String(40), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),  # pending | delivered | dead
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("next_attempt_at", sa.BigInteger, nullable=False),
+    sa.Column("locked_until", sa.BigInteger, nullable=False),
+    sa.Column("last_status", sa.Integer),
+    sa.Column("last_error", sa.Text),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("delivered_at", sa.BigInteger),
+    sa.UniqueConstraint("endpoint_id", "event_id"),
+    sa.Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
+)
+
+usage_reports = sa.Table(
+    "usage_reports",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True),
+    sa.Column("provider_id", sa.String(40), sa.ForeignKey("providers.id"), nullable=False),
+    sa.Column("idempotency_key", sa.String(200), nullable=False),
+    sa.Column("subscription", sa.String(64), nullable=False),
+    sa.Column("amount", Amount, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),  # pending | deducted | failed
+    sa.Column("signature", sa.String(100)),
+    sa.Column("transaction", sa.Text),  # base64, stored before it is sent
+    sa.Column("sent_at", sa.BigInteger),
+    sa.Column("error", sa.Text),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint("provider_id", "idempotency_key"),
+)
+
+crank_leases = sa.Table(
+    "crank_leases",
+    metadata,
+    sa.Column("subscription", sa.String(64), primary_key=True),
+    sa.Column("owner", sa.String(64), nullable=False),
+    sa.Column("lease_until", sa.BigInteger, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("next_attempt_at", sa.BigInteger, nullable=False),
+    sa.Column("last_error", sa.Text),
+)
+
+crank_runs = sa.Table(
+    "crank_runs",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True),
+    sa.Column("instance", sa.String(64), nullable=False),
+    sa.Column("started_at", sa.BigInteger, nullable=False),
+    sa.Column("finished_at", sa.BigInteger),
+    sa.Column("summary", sa.Text),
+)
+
+cursors = sa.Table(
+    "cursors",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+
+
+class DatabaseUrlError(ValueError):
+    pass
+
+
+def _url(url: str | URL) -> URL:
+    try:
+        parsed = make_url(url)
+    except Exception as e:  # sqlalchemy raises ArgumentError with the bad URL in it
+        raise DatabaseUrlError(f"not a database URL: {url!r}") from e
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise DatabaseUrlError(
+            f"unsupported database {backend!r}: use sqlite:///path or postgresql://..."
+        )
+    return parsed
+
+
+def sync_url(url: str | URL) -> URL:
+    """The URL with the synchronous driver (migrations): sqlite3, psycopg."""
+    u = _url(url)
+    return u.set(drivername="sqlite" if u.get_backend_name() == "sqlite" else "postgresql+psycopg")
+
+
+def async_url(url: str | URL) -> URL:
+    """The URL with the async driver (service): aiosqlite, psycopg (async)."""
+    u = _url(url)
+    name = "sqlite+aiosqlite" if u.get_backend_name() == "sqlite" else "postgresql+psycopg"
+    return u.set(drivername=name)
+
+
+def redacted(url: str | URL) -> str:
+    """For logs: the URL without its password."""
+    return _url(url).render_as_string(hide_password=True)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def create_engine(url: str | URL) -> AsyncEngine:
+    u = async_url(url)
+    if u.get_backend_name() == "sqlite":
+        if u.database and u.database != ":memory:":
+            Path(u.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(u)
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_async_engine(u, pool_size=10, max_overflow=10, pool_pre_ping=True)
+
+
+def migrate(url: str | URL, revision: str = "head") -> None:
+    """Brings the schema at `url` up to `revision` with Alembic (idempotent)."""
+    from alembic import command
+    from alembic.config import Config
+
+    u = sync_url(url)
+    if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:":
+        Path(u.database).parent.mkdir(parents=True, exist_ok=True)
+    config = Config()
+    config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    config.attributes["url"] = u
+    command.upgrade(config, revision)
+
+
+def current_revision(url: str | URL) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    engine = sa.create_engine(sync_url(url))
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()

@@ -1,0 +1,206 @@
+"""Reading everything the billing program did on chain, as typed events, from a cursor on.
+
+The facilitator learns of its own transactions from their receipts; this finds the rest
+(a subscriber pausing or cancelling directly, anyone's crank renewing, another facilitator
+deducting): it lists the program's transactions with getSignaturesForAddress, newest first,
+in pages back to the cursor (`until`, then `before` the last of each page), fetches each
+successful one oldest first and decodes the Anchor events in its logs.
+
+Only events our program emitted count: a transaction's logs nest ("Program X invoke [n]" ...
+"Program X success"/"failed"), and a `Program data:` line belongs to the program on top of
+that stack, so another program cannot pass its data off as ours, and our events are found
+when another program invokes ours. Events are numbered in log order within their
+transaction (`index`, the same order as a receipt's `events`), which with the signature
+makes a stable key (`ChainEvent.key`).
+
+    batch = await read_events(rpc, PROGRAM_ID, cursor)
+    for event in batch.events: ...   # oldest first
+    cursor = batch.cursor            # store it: the next call returns only what is newer
+
+A cursor the node does not know (another cluster, or pruned history) bounds nothing:
+getSignaturesForAddress ignores an unknown `until`, so everything it holds comes back again;
+consumers key events by `ChainEvent.key` and store each once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeAlias
+
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Commitment, Confirmed
+from solders.pubkey import Pubkey
+from solders.signature import Signature
+
+from svcpay.program.events import decode_logs
+
+MAX_PAGE = 1000  # getSignaturesForAddress's largest page
+
+JsonValue: TypeAlias = str | int | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
+
+_INVOKE = re.compile(r"^Program (\w+) invoke \[(\d+)\]$")
+_RETURN = re.compile(r"^Program (\w+) (?:success$|failed: )")
+_DATA = "Program data: "
+
+
+@dataclass(frozen=True)
+class ChainEvent:
+    """One event of the program, from a successful transaction.
+
+    `fields` are the event's fields by their snake_case names, JSON-safe: public keys as
+    base58 strings, integers as ints, enum variants by name ("Active", "Deprecated")."""
+
+    signature: str
+    slot: int
+    block_time: int | None
+    index: int  # position among this transaction's events of the program, from 0
+    name: str  # the IDL name: "SubscriptionCreated", "PlanChanged", ...
+    fields: dict[str, JsonValue]
+
+    @property
+    def key(self) -> str:
+        """`<signature>:<index>`: the same event read twice has the same key."""
+        return f"{self.signature}:{self.index}"
+
+
+class IndexBatch(NamedTuple):
+    """New events, oldest first, and the cursor to pass next time (the newest transaction
+    read, failed ones included; the old cursor when nothing was new)."""
+
+    events: list[ChainEvent]
+    cursor: str | None
+
+
+def program_data_lines(logs: Sequence[str], program_id: Pubkey | str) -> list[str]:
+    """The `Program data:` lines `program_id` itself logged, at any invocation depth."""
+    program = str(program_id)
+    stack: list[str] = []
+    out = []
+    for line in logs:
+        if line.startswith(_DATA):
+            if stack and stack[-1] == program:
+                out.append(line)
+        elif invoke := _INVOKE.match(line):
+            del stack[int(invoke.group(2)) - 1 :]  # a depth is authoritative: resync to it
+            stack.append(invoke.group(1))
+        elif (done := _RETURN.match(line)) and stack and stack[-1] == done.group(1):
+            stack.pop()
+    return out
+
+
+def events_in_logs(
+    logs: Sequence[str],
+    program_id: Pubkey | str,
+    *,
+    signature: str,
+    slot: int,
+    block_time: int | None,
+) -> list[ChainEvent]:
+    """The program's events in one transaction's logs, in order."""
+    return [
+        ChainEvent(signature, slot, block_time, index, event.name, _json_fields(event.data))
+        for index, event in enumerate(decode_logs(program_data_lines(logs, program_id)))
+    ]
+
+
+async def read_events(
+    rpc: AsyncClient,
+    program_id: Pubkey,
+    cursor: str | None,
+    *,
+    page_size: int = MAX_PAGE,
+    max_transactions: int | None = None,
+    concurrency: int = 8,
+    commitment: Commitment = Confirmed,
+) -> IndexBatch:
+    """Events of the program's transactions newer than `cursor` (a signature; None: from the
+    first one the node holds), oldest first, with the new cursor.
+
+    `max_transactions` caps how many (oldest) new transactions one call reads, for a long
+    backfill in steps; the cursor then stops at the last one read. A transaction listed but
+    not yet served by getTransaction ends the batch early, its cursor before it."""
+    if not 1 <= page_size <= MAX_PAGE:
+        raise ValueError(f"page_size must be within 1..{MAX_PAGE}")
+    signatures = await _new_signatures(rpc, program_id, cursor, page_size, commitment)
+    signatures.reverse()  # oldest first
+    if max_transactions is not None:
+        signatures = signatures[:max_transactions]
+    events: list[ChainEvent] = []
+    for start in range(0, len(signatures), concurrency):
+        chunk = signatures[start : start + concurrency]
+        wanted = [(sig, failed) for sig, failed in chunk if not failed]
+        fetched = await asyncio.gather(*(_transaction(rpc, sig, commitment) for sig, _ in wanted))
+        found = dict(zip([sig for sig, _ in wanted], fetched, strict=True))
+        for sig, failed in chunk:
+            if not failed:
+                tx = found[sig]
+                if tx is None:  # listed, not yet served: stop before it, read it next time
+                    return IndexBatch(events, cursor)
+                slot, block_time, logs = tx
+                events += events_in_logs(
+                    logs, program_id, signature=sig, slot=slot, block_time=block_time
+                )
+            cursor = sig
+    return IndexBatch(events, cursor)
+
+
+async def _new_signatures(
+    rpc: AsyncClient,
+    program_id: Pubkey,
+    cursor: str | None,
+    page_size: int,
+    commitment: Commitment,
+) -> list[tuple[str, bool]]:
+    """(signature, failed) of every transaction after `cursor`, newest first."""
+    until = Signature.from_string(cursor) if cursor else None
+    before: Signature | None = None
+    out: list[tuple[str, bool]] = []
+    while True:
+        page = (
+            await rpc.get_signatures_for_address(
+                program_id, before=before, until=until, limit=page_size, commitment=commitment
+            )
+        ).value
+        out += [(str(s.signature), s.err is not None) for s in page]
+        if len(page) < page_size:
+            return out
+        before = page[-1].signature
+
+
+async def _transaction(
+    rpc: AsyncClient, signature: str, commitment: Commitment
+) -> tuple[int, int | None, list[str]] | None:
+    """(slot, block time, logs) of a transaction, or None if the node does not serve it."""
+    reply = await rpc.get_transaction(
+        Signature.from_string(signature),
+        "json",
+        commitment=commitment,
+        max_supported_transaction_version=0,
+    )
+    tx = reply.value
+    if tx is None:
+        return None
+    meta = tx.transaction.meta
+    logs = list(meta.log_messages or []) if meta is not None else []
+    return tx.slot, tx.block_time, logs
+
+
+def _json_fields(data: Mapping[str, Any]) -> dict[str, JsonValue]:
+    return {name: _json(value) for name, value in data.items()}
+
+
+def _json(value: Any) -> JsonValue:
+    if isinstance(value, Pubkey):
+        return str(value)
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, bytes):
+        return list(value)
+    if isinstance(value, Mapping):
+        return {str(k): _json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json(v) for v in value]
+    return type(value).__name__  # an enum variant of the IDL: Active, Deprecated, ...

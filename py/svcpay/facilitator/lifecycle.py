@@ -1,0 +1,185 @@
+"""From the program's events to the lifecycle events webhooks carry and analytics count.
+
+Chain events are keyed `<transaction signature>:<index of the event in the transaction>`
+(`chain_key`), so the same event recorded twice (from a receipt of the facilitator's own
+transaction and again by the indexer) is stored once.
+
+| program event                           | lifecycle event(s)                                  |
+|-----------------------------------------|-----------------------------------------------------|
+| PlanCreated                             | plan.created                                        |
+| PlanChanged (Deprecated / other)        | plan.deprecated / plan.updated                      |
+| PlanClosed                              | plan.closed                                         |
+| SubscriptionCreated                     | subscription.created (first period's charge)        |
+| SubscriptionRenewed                     | subscription.renewed                                |
+| RenewalFailed                           | subscription.renewal_failed                         |
+| SubscriptionStatusChanged               | subscription.paused / .resumed / .cancelled         |
+| SubscriptionEnded                       | subscription.ended                                  |
+| SubscriptionClosed                      | subscription.closed                                 |
+| AllowanceDeducted                       | allowance.deducted (+ allowance.exhausted at 0 left)|
+| AllowanceCapChanged                     | allowance.raised / allowance.lowered                |
+
+The facilitator adds payment.settled for each one-time payment it settles.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from solana.rpc.async_api import AsyncClient
+from solders.pubkey import Pubkey
+
+from svcpay.facilitator.store import Event, Store
+from svcpay.program.client import Receipt
+from svcpay.program.generated.program_id import PROGRAM_ID
+
+EVENT_TYPES = (
+    "payment.settled",
+    "plan.created",
+    "plan.updated",
+    "plan.deprecated",
+    "plan.closed",
+    "subscription.created",
+    "subscription.renewed",
+    "subscription.renewal_failed",
+    "subscription.paused",
+    "subscription.resumed",
+    "subscription.cancelled",
+    "subscription.ended",
+    "subscription.closed",
+    "allowance.deducted",
+    "allowance.exhausted",
+    "allowance.raised",
+    "allowance.lowered",
+)
+
+
+def jsonable(value: Any) -> Any:
+    """Pubkeys as base58, enum variants by name, ints and bools as they are."""
+    if isinstance(value, Pubkey):
+        return str(value)
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return type(value).__name__  # an anchorpy enum variant (Active, Paused, ...)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def chain_key(signature: str, index: int) -> str:
+    return f"{signature}:{index}"
+
+
+def from_program_event(
+    name: str,
+    fields: Mapping[str, Any],
+    *,
+    signature: str,
+    index: int,
+    at: int,
+    plan: str | None = None,
+) -> list[Event]:
+    """The lifecycle events for program event `name` (fields as decoded), the `index`-th
+    event of transaction `signature`, which happened at unix time `at`. `plan` attributes
+    events that do not name their plan (AllowanceDeducted) when the caller knows it."""
+    data = {_camel(k): jsonable(v) for k, v in fields.items()}
+    data["transaction"] = signature
+    key = chain_key(signature, index)
+    if isinstance(data.get("plan"), str):
+        plan = data["plan"]
+    sub = data.get("subscription") if isinstance(data.get("subscription"), str) else None
+
+    def ev(
+        kind: str, *, suffix: str = "", mode: str | None = None, amount: int | None = None
+    ) -> Event:
+        return Event(
+            id="evt_" + uuid.uuid5(uuid.NAMESPACE_URL, key + suffix).hex[:24],
+            type=kind,
+            created_at=at,
+            data=data,
+            source="chain",
+            chain_key=key + suffix,
+            plan=plan,
+            subscription=sub,
+            mode=mode,
+            amount=amount,
+        )
+
+    amount = int(data["amount"]) if isinstance(data.get("amount"), int) else None
+    if name == "PlanCreated":
+        return [ev("plan.created")]
+    if name == "PlanChanged":
+        return [ev("plan.deprecated" if data.get("status") == "Deprecated" else "plan.updated")]
+    if name == "PlanClosed":
+        return [ev("plan.closed")]
+    if name == "SubscriptionCreated":
+        return [ev("subscription.created", mode="subscription", amount=amount)]
+    if name == "SubscriptionRenewed":
+        return [ev("subscription.renewed", mode="subscription", amount=amount)]
+    if name == "RenewalFailed":
+        return [ev("subscription.renewal_failed")]
+    if name == "SubscriptionStatusChanged":
+        status = data.get("status")
+        if status == "Paused":
+            return [ev("subscription.paused")]
+        if status == "Cancelled" or data.get("cancelAtPeriodEnd"):
+            return [ev("subscription.cancelled")]
+        return [ev("subscription.resumed")]
+    if name == "SubscriptionEnded":
+        return [ev("subscription.ended")]
+    if name == "SubscriptionClosed":
+        return [ev("subscription.closed")]
+    if name == "AllowanceDeducted":
+        out = [ev("allowance.deducted", mode="metered", amount=amount)]
+        if data.get("remaining") == 0:
+            out.append(ev("allowance.exhausted", suffix=":exhausted"))
+        return out
+    if name == "AllowanceCapChanged":
+        raised = int(data.get("newCap", 0)) > int(data.get("oldCap", 0))
+        return [ev("allowance.raised" if raised else "allowance.lowered")]
+    return []
+
+
+async def record_receipt(store: Store, receipt: Receipt, plan: str | None = None) -> None:
+    """Stores the lifecycle events of one of the facilitator's own transactions right away
+    (the indexer finds them too; their chain keys make that second copy a no-op)."""
+    at = int(time.time())
+    for index, event in enumerate(receipt.events):
+        for ev in from_program_event(
+            event.name, event.data, signature=receipt.signature, index=index, at=at, plan=plan
+        ):
+            await store.add_event(ev)
+
+
+INDEXER_CURSOR = "indexer:svc_billing"
+
+
+async def index_once(rpc: AsyncClient, store: Store, program_id: Pubkey = PROGRAM_ID) -> int:
+    """Reads the program's transactions since the stored cursor and records their lifecycle
+    events (queuing webhooks); returns how many new events were recorded. The cursor moves
+    only after the events are stored, so a crash re-reads (harmlessly) rather than skips."""
+    from svcpay.facilitator.indexer import read_events
+
+    cursor = await store.cursor(INDEXER_CURSOR)
+    found, new_cursor = await read_events(rpc, program_id, cursor, max_transactions=500)
+    recorded = 0
+    for chain_event in found:
+        for ev in from_program_event(
+            chain_event.name,
+            chain_event.fields,
+            signature=chain_event.signature,
+            index=chain_event.index,
+            at=chain_event.block_time or int(time.time()),
+        ):
+            recorded += await store.add_event(ev)
+    if new_cursor and new_cursor != cursor:
+        await store.set_cursor(INDEXER_CURSOR, new_cursor)
+    return recorded

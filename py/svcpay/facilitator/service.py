@@ -1,0 +1,117 @@
+"""The facilitator as a running service: its parts wired together, and its background work.
+
+`Facilitator(config)` opens the database (upgrading its schema), the RPC connection, and
+builds the settler, the usage reporter and the webhook deliverer. `run_background(stop)`
+runs, until `stop` is set: webhook delivery, the billing crank, and the chain indexer
+(program events -> lifecycle events), each on its own interval and each surviving its own
+errors. On start, settlements and usage reports interrupted by a crash are recovered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.pubkey import Pubkey
+
+from svcpay.facilitator import crank
+from svcpay.facilitator.config import FacilitatorConfig
+from svcpay.facilitator.db import redacted
+from svcpay.facilitator.lifecycle import index_once
+from svcpay.facilitator.settlement import Settler
+from svcpay.facilitator.store import Store
+from svcpay.facilitator.usage import UsageReporter
+from svcpay.facilitator.webhooks import Deliverer
+from svcpay.program.client import BillingClient
+
+log = logging.getLogger("svcpay.facilitator")
+
+
+class Facilitator:
+    def __init__(self, config: FacilitatorConfig, store: Store | None = None) -> None:
+        self.config = config
+        self.keypair = config.keypair
+        self.store = store or Store.open(config.database_url)
+        self.rpc = AsyncClient(config.rpc_url, commitment=Confirmed)
+        self.billing = BillingClient(self.rpc)
+        self.settler = Settler(
+            self.rpc,
+            self.keypair,
+            self.store,
+            network=config.network,
+            proof_ttl_secs=config.proof_ttl_secs,
+        )
+        self.usage = UsageReporter(self.store, self.billing, self.keypair)
+        self.deliverer = Deliverer(self.store)
+        self.past_due_retry_secs = config.past_due_retry_secs
+        log.info(
+            "facilitator %s: key %s, database %s, rpc %s",
+            config.instance,
+            self.keypair.pubkey(),
+            redacted(config.database_url),
+            config.rpc_url,
+        )
+
+    @property
+    def public_key(self) -> str:
+        return str(self.keypair.pubkey())
+
+    async def recover(self) -> None:
+        finished = await self.settler.recover()
+        if finished:
+            log.info("recovered %d settlements interrupted by a restart", finished)
+
+    async def crank_once(self) -> crank.CrankSummary:
+        """One billing run over the plans registered with this facilitator."""
+        plans = [Pubkey.from_string(p) for p in await self.store.plans()]
+        summary = await crank.run_once(
+            self.billing,
+            self.keypair,
+            plans,
+            store=self.store,
+            instance=self.config.instance,
+            past_due_retry_secs=self.past_due_retry_secs,
+        )
+        if summary.due:
+            log.info("billing run: %s", summary.to_json_dict())
+        return summary
+
+    async def index_once(self) -> int:
+        return await index_once(self.rpc, self.store)
+
+    async def run_background(self, stop: asyncio.Event) -> None:
+        """The background loops; returns when `stop` is set."""
+        await self.recover()
+        loops: list[tuple[str, float, Callable[[], Awaitable[object]]]] = [
+            ("webhooks", self.config.webhook_interval_secs, self.deliverer.run_once),
+            ("crank", self.config.crank_interval_secs, self.crank_once),
+            ("indexer", self.config.indexer_interval_secs, self.index_once),
+        ]
+        tasks = [
+            asyncio.create_task(_every(name, interval, work, stop))
+            for name, interval, work in loops
+            if interval > 0
+        ]
+        await stop.wait()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def aclose(self) -> None:
+        await self.deliverer.aclose()
+        await self.rpc.close()
+        await self.store.close()
+
+
+async def _every(
+    name: str, interval: float, work: Callable[[], Awaitable[object]], stop: asyncio.Event
+) -> None:
+    while not stop.is_set():
+        try:
+            await work()
+        except Exception:  # each pass starts over from durable state; log, wait, retry
+            log.exception("%s pass failed", name)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval)

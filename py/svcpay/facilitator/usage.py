@@ -1,0 +1,154 @@
+"""Metered usage reported by providers: the facilitator signs `deduct_allowance` as the
+plan's billing authority (the provider names it so when creating the plan).
+
+A report carries an idempotency key. The report is stored before anything is sent and the
+signed transaction before it is sent, so a retried report (a timeout, a crash of either
+side) returns the first outcome and never deducts twice: a pending report whose
+transaction landed is complete; one whose transaction can still land is re-sent as is
+(the same signature); only one whose blockhash has expired unsent is signed anew.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from typing import Any
+
+from anchorpy.error import AccountInvalidDiscriminator
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+from solders.transaction import VersionedTransaction
+
+from svcpay.facilitator.lifecycle import record_receipt
+from svcpay.facilitator.store import Store
+from svcpay.program.client import BillingClient, TransactionError
+from svcpay.program.errors import ProgramError
+
+BLOCKHASH_LIFETIME_SECS = 120
+# The largest amount a report may carry: what the store holds exactly on SQLite too (its
+# INTEGER is an i64; larger ints overflow it). No allowance comes near it.
+MAX_AMOUNT = 2**63 - 1
+
+# Program errors a provider's report can meet, with the HTTP status that says who must act.
+STATUS_BY_ERROR = {
+    "AllowanceExhausted": 402,
+    "SubscriptionNotActive": 402,
+    "SubscriptionEnded": 402,
+    "NoAllowance": 409,
+    "Unauthorized": 409,
+    "ZeroAmount": 400,
+    "MathOverflow": 400,
+}
+
+
+class UsageError(Exception):
+    def __init__(self, name: str, message: str, status: int) -> None:
+        super().__init__(message)
+        self.name, self.message, self.status = name, message, status
+
+
+class UsageReporter:
+    def __init__(self, store: Store, billing: BillingClient, authority: Keypair) -> None:
+        self.store, self.billing, self.authority = store, billing, authority
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def report(
+        self, provider_id: str, subscription: str, amount: int, idempotency_key: str
+    ) -> dict[str, Any]:
+        """Deducts `amount` base units from `subscription`'s allowance, once per key."""
+        try:
+            Pubkey.from_string(subscription)
+        except ValueError as e:
+            raise UsageError("InvalidRequest", "subscription is not an address", 400) from e
+        if not 0 < amount <= MAX_AMOUNT:
+            raise UsageError("InvalidRequest", f"amount must be from 1 to {MAX_AMOUNT}", 400)
+        row, _ = await self.store.begin_usage(provider_id, idempotency_key, subscription, amount)
+        if row["subscription"] != subscription or row["amount"] != amount:
+            raise UsageError(
+                "IdempotencyKeyReused",
+                "this idempotency key was used for a different report",
+                409,
+            )
+        lock = self._locks.setdefault(row["id"], asyncio.Lock())
+        async with lock:
+            try:
+                return await self._settle(provider_id, row["id"])
+            finally:
+                self._locks.pop(row["id"], None)
+
+    async def _settle(self, provider_id: str, report_id: str) -> dict[str, Any]:
+        row = await self._row(provider_id, report_id)
+        if row["status"] != "pending":
+            return self._outcome(row)
+        if row["signature"]:
+            landed = await self.billing.landed(row["signature"])
+            if landed:
+                await self.store.finish_usage(row["id"], signature=row["signature"], error=None)
+                return self._outcome({**row, "status": "deducted"})
+            if landed is None and time.time() - (row["sent_at"] or 0) < BLOCKHASH_LIFETIME_SECS:
+                tx = VersionedTransaction.from_bytes(base64.b64decode(row["transaction"]))
+                return await self._send(row, tx)
+        await self._check_owner(provider_id, row["subscription"])
+        try:
+            tx = await self.billing.deduct_transaction(
+                row["subscription"], row["amount"], self.authority
+            )
+        except ValueError as e:  # the subscription account does not exist
+            await self.store.finish_usage(row["id"], signature=None, error=f"NotFound: {e}")
+            raise UsageError("NotFound", str(e), 404) from e
+        await self.store.usage_sent(
+            row["id"], str(tx.signatures[0]), base64.b64encode(bytes(tx)).decode()
+        )
+        return await self._send(row, tx)
+
+    async def _send(self, row: dict[str, Any], tx: VersionedTransaction) -> dict[str, Any]:
+        try:
+            receipt = await self.billing.send_signed(tx)
+        except ProgramError as e:
+            error = f"{e.name}: {e.message or e}"
+            await self.store.finish_usage(row["id"], signature=None, error=error)
+            raise UsageError(e.name, e.message or str(e), STATUS_BY_ERROR.get(e.name, 409)) from e
+        except TransactionError as e:  # not the subscriber's doing: the report stays pending
+            raise UsageError("DeductionPending", f"{e}; report again with the same key", 503) from e
+        sub = await self.billing.fetch_subscription(row["subscription"])
+        await record_receipt(self.store, receipt, plan=str(sub.plan) if sub else None)
+        await self.store.finish_usage(row["id"], signature=receipt.signature, error=None)
+        deducted = receipt.event("AllowanceDeducted")
+        fields = deducted.data if deducted else {}
+        extra: dict[str, int] = {
+            k: int(fields[k]) for k in ("used", "cap", "remaining") if k in fields
+        }
+        return self._outcome({**row, "status": "deducted", "signature": receipt.signature}, extra)
+
+    async def _row(self, provider_id: str, report_id: str) -> dict[str, Any]:
+        rows = await self.store.usage_report(report_id)
+        if rows is None or rows["provider_id"] != provider_id:
+            raise UsageError("NotFound", "no such usage report", 404)
+        return rows
+
+    async def _check_owner(self, provider_id: str, subscription: str) -> None:
+        try:
+            sub = await self.billing.fetch_subscription(subscription)
+        except AccountInvalidDiscriminator:  # the program's, but a plan or an allowance
+            sub = None
+        if sub is None:
+            raise UsageError("NotFound", f"subscription {subscription} does not exist", 404)
+        if await self.store.resource_owner(str(sub.plan)) != provider_id:
+            raise UsageError(
+                "Forbidden", "the subscription's plan is not registered to this API key", 403
+            )
+
+    @staticmethod
+    def _outcome(row: dict[str, Any], extra: dict[str, int] | None = None) -> dict[str, Any]:
+        if row["status"] == "failed":
+            name, _, message = (row["error"] or "DeductionFailed: ").partition(": ")
+            raise UsageError(name, message, STATUS_BY_ERROR.get(name, 409))
+        return {
+            "id": row["id"],
+            "status": row["status"],
+            "subscription": row["subscription"],
+            "amount": str(row["amount"]),
+            "transaction": row["signature"],
+            **{k: str(v) for k, v in (extra or {}).items()},
+        }

@@ -1,0 +1,101 @@
+"""`svcpay facilitator serve|migrate|provider|crank` and `svcpay analytics`: the operator's
+commands, against the session's validator and a real facilitator process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+from solders.keypair import Keypair
+
+from svcpay.localnet.process import Localnet
+from tests.cli.conftest import Cli, keyfile
+from tests.support.chain import Chain
+
+
+def test_migrate_then_provider_create_prints_a_working_key_once(
+    offline_cli: Cli, tmp_path: Path
+) -> None:
+    db = f"sqlite:///{tmp_path / 'f.db'}"
+    migrated = offline_cli.ok("facilitator", "migrate", "--database", db)
+    assert (migrated["from"], migrated["to"]) == (None, "0001")
+    plan = str(Keypair().pubkey())
+
+    made = offline_cli.ok(
+        "facilitator", "provider", "create", "acme", "--plan", plan, "--database", db
+    )
+
+    assert made["apiKey"].startswith("svc_") and made["name"] == "acme"
+    added = offline_cli.ok(
+        "facilitator",
+        "provider",
+        "add",
+        made["provider"],
+        "--pay-to",
+        plan[:-1] + "2",
+        "--database",
+        db,
+    )
+    assert {r["kind"] for r in added["resources"]} == {"plan", "payTo"}
+    missing = offline_cli(
+        "facilitator", "provider", "add", "prov_nope", "--plan", plan, "--database", db
+    )
+    assert missing.code == 3 and "no provider" in missing.err
+
+
+def test_bad_configuration_is_a_usage_error_with_the_fix(offline_cli: Cli, tmp_path: Path) -> None:
+    bad_db = offline_cli("facilitator", "migrate", "--database", "mysql://x/y")
+    assert bad_db.code == 2 and "unsupported database" in bad_db.err
+    no_key = offline_cli("facilitator", "crank", "--database", f"sqlite:///{tmp_path / 'f.db'}")
+    assert no_key.code == 2 and "svcpay keys create" in no_key.err
+    bad_range = offline_cli(
+        "analytics", "--from", "yesterday", "--database", f"sqlite:///{tmp_path / 'f.db'}"
+    )
+    assert bad_range.code == 2
+
+
+def test_analytics_prints_a_table_and_writes_a_chart(offline_cli: Cli, tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'f.db'}"
+    chart = tmp_path / "chart.png"
+    report = offline_cli.ok("analytics", "--database", db, "--chart", str(chart))
+    assert report["totals"]["volume"] == "0" and len(report["days"]) >= 30
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    human = offline_cli("analytics", "--database", db)
+    assert human.code == 0 and "recurring revenue" in human.out
+
+
+def test_serve_runs_the_api_until_interrupted(
+    validator: Localnet, chain: Chain, tmp_path: Path
+) -> None:
+    key = keyfile(tmp_path, chain.funded_keypair())
+    env = {
+        **os.environ,
+        "SVCPAY_RPC_URL": validator.url,
+        "SVCPAY_FACILITATOR_KEYPAIR": key,
+        "SVCPAY_DATABASE_URL": f"sqlite:///{tmp_path / 'f.db'}",
+        "SVCPAY_CRANK_INTERVAL_SECS": "0",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "svcpay.cli", "facilitator", "serve", "--port", "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        ready = proc.stdout.readline()
+        assert ready.startswith("svcpay facilitator ready http://127.0.0.1:"), proc.stderr
+        url = ready.split()[3]
+        supported = httpx.get(f"{url}/supported").json()
+        assert supported["facilitatorKey"] == Path(key).stem
+        assert httpx.get(f"{url}/openapi.json").json()["openapi"].startswith("3.")
+        assert httpx.post(f"{url}/v1/usage", json={}).status_code == 401
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(20)
+    assert proc.returncode == 0

@@ -1,0 +1,174 @@
+"""The command line itself: help everywhere, usage errors (exit 2), not found (exit 3),
+an unreachable RPC (exit 1), one line on stderr and never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+from solders.keypair import Keypair
+
+from svcpay.cli import build_parser, main
+from tests.cli.conftest import Cli, free_port, keyfile
+from tests.support.chain import Chain
+
+
+def command_paths(
+    parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
+) -> list[tuple[str, ...]]:
+    paths = [prefix]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                paths += command_paths(sub, (*prefix, name))
+    return paths
+
+
+def test_every_command_has_help(offline_cli: Cli) -> None:
+    paths = [p for p in command_paths(build_parser()) if p[:1] != ("localnet",)]
+    assert ("plan", "create") in paths and ("subscription", "cancel") in paths
+    assert ("pay",) in paths and ("keys", "show") in paths and ("subscribe",) in paths
+    for path in paths:
+        result = offline_cli(*path, "--help")
+        assert result.code == 0, path
+        assert result.out.startswith(f"usage: svcpay {' '.join(path)}".rstrip()), path
+    top = offline_cli("--help").out
+    assert "exit codes:" in top and "4  payment declined" in top and "localnet" in top
+
+
+def test_no_command_prints_help_and_a_group_alone_is_a_usage_error(offline_cli: Cli) -> None:
+    assert main([]) == 0
+    group = offline_cli("plan")
+    assert group.code == 2 and "required" in group.err
+    unknown = offline_cli("frobnicate")
+    assert unknown.code == 2 and "invalid choice" in unknown.err
+
+
+def test_localnet_is_handed_to_the_validator_unparsed(
+    offline_cli: Cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SVCPAY_LOCALNET_PYTHON", str(tmp_path / "no-python"))
+    result = offline_cli("localnet", "--rpc-port", "8899")
+    assert result.code == 1 and "run scripts/python-env" in result.err
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "complaint"),
+    [
+        ("--amount", "abc", "not an amount"),
+        ("--amount", "-1", "greater than zero"),
+        ("--amount", "0", "greater than zero"),
+        ("--amount", "12x", "not an amount"),
+        ("--period", "3x", "not a duration"),
+        ("--period", "0s", "longer than zero"),
+        ("--grace", "soon", "not a duration"),
+        ("--mint", "not-a-key", "not a base58 Solana address"),
+        ("--plan-id", "-4", "must lie between"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(
+    offline_cli: Cli, option: str, value: str, complaint: str
+) -> None:
+    args = {"--plan-id": "1", "--mint": str(Keypair().pubkey()), "--amount": "1",
+            "--period": "30d", "--destination": str(Keypair().pubkey()), option: value}  # fmt: skip
+    argv = [part for pair in args.items() for part in pair]
+    result = offline_cli("plan", "create", *argv)
+    assert result.code == 2
+    assert complaint in result.err and "svcpay plan create --help" in result.err
+
+
+def test_durations_and_amounts_in_every_accepted_form(offline_cli: Cli) -> None:
+    from svcpay.cli._common import amount_arg, format_duration, parse_duration
+
+    assert [parse_duration(t) for t in ("30d", "1h", "3600s", "90m", "1w", "1d12h", "45")] == [
+        2_592_000, 3600, 3600, 5400, 604_800, 129_600, 45,
+    ]  # fmt: skip
+    assert [format_duration(s) for s in (2_592_000, 3600, 5400, 0)] == ["30d", "1h", "1h30m", "0s"]
+    assert amount_arg("9.99").to_base(6) == 9_990_000
+    assert amount_arg("9990000u").to_base(2) == 9_990_000
+    assert amount_arg("1_000").to_base(0) == 1000
+
+
+def test_a_missing_keypair_names_the_fix(cli: Cli, tmp_path: Path) -> None:
+    missing = str(tmp_path / "nowhere" / "id.json")
+    result = cli("plan", "deprecate", str(Keypair().pubkey()), "--keypair", missing)
+    assert result.code == 2
+    assert f"keypair {missing} not found" in result.err and "svcpay keys create" in result.err
+    default = cli("subscription", "pause", str(Keypair().pubkey()))  # $SVCPAY_KEYPAIR: missing
+    assert default.code == 2 and "no-default-keypair.json not found" in default.err
+
+
+def test_unknown_accounts_exit_3(cli: Cli, tmp_path: Path, chain: Chain) -> None:
+    nothing = str(Keypair().pubkey())
+    for argv in (("plan", "show", nothing), ("subscription", "show", nothing),
+                 ("plan", "deprecate", nothing), ("subscribe", nothing),
+                 ("subscription", "cancel", nothing)):  # fmt: skip
+        result = cli(*argv, "--keypair", keyfile(tmp_path, chain.funded_keypair()))
+        assert result.code == 3, argv
+        assert nothing in result.err
+
+
+def test_an_unreachable_rpc_says_how_to_start_one(offline_cli: Cli) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    result = offline_cli("plan", "show", str(Keypair().pubkey()), "--url", url)
+    assert result.code == 1
+    assert result.err.strip() == (
+        f"svcpay: cannot reach RPC at {url}: start one with `svcpay localnet` or pass --url"
+    )
+
+
+def test_json_errors_are_one_object_on_stdout(cli: Cli) -> None:
+    result = cli("plan", "show", str(Keypair().pubkey()), "--json")
+    assert result.code == 3
+    assert json.loads(result.out) == {
+        "error": "NotFound",
+        "message": result.err.strip().removeprefix("svcpay: "),
+        "exitCode": 3,
+    }
+
+
+def test_global_options_go_before_or_after_the_command(cli: Cli, chain: Chain) -> None:
+    nothing = str(Keypair().pubkey())
+    before = main(["--json", "--url", cli.url or "", "plan", "show", nothing])
+    assert before == 3
+    assert cli("plan", "list", "--authority", nothing).out.strip() == f"no plans of {nothing}"
+
+
+def test_transaction_failures_are_named() -> None:
+    from svcpay.cli._errors import describe
+    from svcpay.program.client import TransactionError
+
+    anchor_log = (
+        "Program log: AnchorError caused by account: destination. Error Code: "
+        "ConstraintDuplicateMutableAccount. Error Number: 2040. Error Message: A duplicate "
+        "mutable account is not allowed."
+    )
+    anchor = TransactionError("custom program error: 0x7f8", [anchor_log])
+    assert describe(anchor, None) == (
+        1,
+        "TransactionError",
+        "ConstraintDuplicateMutableAccount: A duplicate mutable account is not allowed",
+    )
+    unfunded = describe(TransactionError("simulation failed: AccountNotFound"), None)
+    assert unfunded is not None and "svcpay keys airdrop" in unfunded[2]
+
+
+def test_the_installed_console_script_runs_main(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).parent / "svcpay"
+    missing = tmp_path / "id.json"
+    done = subprocess.run(
+        [str(script), "keys", "show", "--keypair", str(missing)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (
+        f"svcpay: keypair {missing} not found: create one with `svcpay keys create` "
+        f"or pass --keypair PATH\n"
+    )

@@ -1,0 +1,397 @@
+"""Analytics: volume by provider, plan, mode and day; subscriptions; recurring revenue; the PNG.
+
+Every store test runs on SQLite and on PostgreSQL (a schema of its own per test)."""
+
+from __future__ import annotations
+
+import json
+import struct
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from sqlalchemy.engine import make_url
+
+from svcpay.facilitator.analytics import DAY, chart_png, parse_range, report
+from svcpay.facilitator.store import Event, Store, new_id
+
+pytestmark = pytest.mark.anyio
+
+D0 = int(datetime(2024, 3, 1, tzinfo=UTC).timestamp())  # the range: 2024-03-01 .. 03-07
+END = D0 + 7 * DAY
+HOUR = 3600
+M = 1_000_000  # one token (6 decimals)
+
+PA1, PA2, PX, PB1 = "PlanA1", "PlanA2", "PlanAX", "PlanB1"  # PX: no plan.created event
+PAY_A, PAY_B, PAY_NOBODY = "PayToA", "PayToB", "PayToNobody"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def store(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[Store]:
+    if request.param == "sqlite":
+        s = Store.open(f"sqlite:///{tmp_path}/a.db")
+        try:
+            yield s
+        finally:
+            await s.close()
+        return
+    base: str = request.getfixturevalue("postgres_url")
+    schema = f"analytics_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(base, autocommit=True) as db:
+        db.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
+    s = Store.open(url)
+    try:
+        yield s
+    finally:
+        await s.close()
+        with psycopg.connect(base, autocommit=True) as db:
+            db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+def ev(
+    kind: str,
+    at: int,
+    data: dict[str, Any] | None = None,
+    *,
+    plan: str | None = None,
+    sub: str | None = None,
+    mode: str | None = None,
+    amount: int | None = None,
+) -> Event:
+    data = dict(data or {})  # the program's events name their plan and subscription
+    if plan is not None:
+        data["plan"] = plan
+    if sub is not None:
+        data["subscription"] = sub
+    return Event(
+        id=new_id("evt"),
+        type=kind,
+        created_at=at,
+        data=data,
+        plan=plan,
+        subscription=sub,
+        mode=mode,
+        amount=amount,
+    )
+
+
+def plan_created(plan: str, at: int, amount: int, period: int) -> Event:
+    return ev("plan.created", at, {"amount": amount, "periodSecs": period}, plan=plan)
+
+
+def sub_created(sub: str, plan: str, at: int, amount: int) -> Event:
+    data = {"subscriber": "Subscriber" + sub, "amount": amount, "periodStart": at,
+            "periodEnd": at + 30 * DAY, "maxOverage": 0, "status": "Active"}  # fmt: skip
+    return ev("subscription.created", at, data, plan=plan, sub=sub, mode="subscription",
+              amount=amount)  # fmt: skip
+
+
+def renewed(sub: str, plan: str, at: int, amount: int) -> Event:
+    return ev("subscription.renewed", at, {"amount": amount}, plan=plan, sub=sub,
+              mode="subscription", amount=amount)  # fmt: skip
+
+
+def deducted(sub: str, at: int, amount: int) -> Event:  # the store finds the plan
+    return ev("allowance.deducted", at, {"amount": amount}, sub=sub, mode="metered",
+              amount=amount)  # fmt: skip
+
+
+def paid(pay_to: str, at: int, amount: int) -> Event:  # as the settler records it
+    data = {"payTo": pay_to, "amount": str(amount), "payer": "Payer", "token": "Mint"}
+    return ev("payment.settled", at, data, mode="one-time", amount=amount)
+
+
+def cancelled(sub: str, plan: str, at: int, *, at_period_end: bool) -> Event:
+    data = {"status": "Active" if at_period_end else "Cancelled",
+            "cancelAtPeriodEnd": at_period_end}  # fmt: skip
+    return ev("subscription.cancelled", at, data, plan=plan, sub=sub)
+
+
+def ended(kind: str, sub: str, plan: str, at: int, status: str) -> Event:
+    return ev(f"subscription.{kind}", at, {"status": status}, plan=plan, sub=sub)
+
+
+async def providers(store: Store) -> tuple[str, str]:
+    a, b = await store.create_provider("Provider A"), await store.create_provider("Provider B")
+    for address in (PA1, PA2, PX):
+        await store.add_resource(a, "plan", address)
+    await store.add_resource(a, "payTo", PAY_A)
+    await store.add_resource(b, "plan", PB1)
+    await store.add_resource(b, "payTo", PAY_B)
+    return a, b
+
+
+async def scenario(store: Store) -> tuple[str, str]:
+    """Two providers, a week of payments in every mode (see the expectations below)."""
+    a, b = await providers(store)
+    for e in [
+        plan_created(PA1, D0 - 10 * DAY, 10 * M, 30 * DAY),
+        plan_created(PA2, D0 - 10 * DAY, 1 * M, 7 * DAY),
+        plan_created(PB1, D0 - 10 * DAY, 12 * M, 365 * DAY),
+        # before the range: S1 stays, S5 comes and goes; a payment in the last second
+        sub_created("S1", PA1, D0 - 5 * DAY, 10 * M),
+        sub_created("S5", PA1, D0 - 3 * DAY, 10 * M),
+        ended("ended", "S5", PA1, D0 - DAY, "Expired"),
+        paid(PAY_A, D0 - 1, 7 * M),
+        # day 0
+        sub_created("S2", PA1, D0, 10 * M),  # at the very start: in
+        paid(PAY_A, D0 + HOUR, 1 * M),
+        # day 1
+        sub_created("S3", PA2, D0 + DAY + HOUR, 1 * M),
+        sub_created("S4", PB1, D0 + DAY + 2 * HOUR, 5 * M),  # a promotional first charge
+        # day 2: a renewal, usage, and a cancel at period end (not churn yet)
+        renewed("S1", PA1, D0 + 2 * DAY, 10 * M),
+        deducted("S2", D0 + 2 * DAY + HOUR, 250_000),
+        deducted("S2", D0 + 2 * DAY + 2 * HOUR, 150_000),
+        cancelled("S3", PA2, D0 + 2 * DAY + 3 * HOUR, at_period_end=True),
+        # day 3: one-time payments to B and to nobody registered; S4 cancelled now
+        paid(PAY_B, D0 + 3 * DAY, 2 * M),
+        paid(PAY_NOBODY, D0 + 3 * DAY + HOUR, 500_000),
+        cancelled("S4", PB1, D0 + 3 * DAY + 2 * HOUR, at_period_end=False),
+        # day 4: S4's account closed (churned once, on day 3)
+        ended("closed", "S4", PB1, D0 + 4 * DAY, "Cancelled"),
+        # day 5, 6
+        sub_created("S6", PX, D0 + 5 * DAY, 3 * M),
+        sub_created("S7", PB1, D0 + 6 * DAY + 23 * HOUR, 12 * M),
+        # after the range: at the very end, S3's period ends
+        paid(PAY_A, END, 9 * M),
+        ended("ended", "S3", PA2, END + DAY, "Cancelled"),
+    ]:
+        assert await store.add_event(e)
+    return a, b
+
+
+def day(
+    date: str,
+    one_time: int = 0,
+    subscription: int = 0,
+    metered: int = 0,
+    payments: int = 0,
+    new: int = 0,
+    churned: int = 0,
+    active: int = 0,
+) -> dict[str, Any]:
+    return {
+        "date": date,
+        "volume": str(one_time + subscription + metered),
+        "oneTime": str(one_time),
+        "subscription": str(subscription),
+        "metered": str(metered),
+        "payments": payments,
+        "newSubscriptions": new,
+        "churned": churned,
+        "activeSubscriptions": active,
+    }
+
+
+async def test_the_report_for_all_providers(store: Store) -> None:
+    a, b = await scenario(store)
+    got = await report(store, provider_id=None, start=D0, end=END)
+    assert json.loads(json.dumps(got)) == got  # JSON as it is
+    assert (got["from"], got["to"], got["start"], got["end"]) == (
+        "2024-03-01", "2024-03-07", D0, END,
+    )  # fmt: skip
+    assert got["provider"] is None
+    assert got["totals"] == {
+        "volume": str(44_900_000),
+        "payments": 11,
+        "byMode": {
+            "oneTime": {"volume": str(3_500_000), "payments": 3},
+            "subscription": {"volume": str(41 * M), "payments": 6},
+            "metered": {"volume": str(400_000), "payments": 2},
+        },
+    }
+    assert got["days"] == [
+        day("2024-03-01", one_time=1 * M, subscription=10 * M, payments=2, new=1, active=2),
+        day("2024-03-02", subscription=6 * M, payments=2, new=2, active=4),
+        day("2024-03-03", subscription=10 * M, metered=400_000, payments=3, active=4),
+        day("2024-03-04", one_time=2_500_000, payments=2, churned=1, active=3),
+        day("2024-03-05", active=3),
+        day("2024-03-06", subscription=3 * M, payments=1, new=1, active=4),
+        day("2024-03-07", subscription=12 * M, payments=1, new=1, active=5),
+    ]
+    assert got["byPlan"] == [
+        {"plan": PA1, "volume": str(20_400_000), "payments": 4},
+        {"plan": PB1, "volume": str(17 * M), "payments": 2},
+        {"plan": PX, "volume": str(3 * M), "payments": 1},
+        {"plan": PA2, "volume": str(1 * M), "payments": 1},
+    ]
+    assert got["byProvider"] == [
+        {"provider": a, "name": "Provider A", "volume": str(25_400_000), "payments": 7},
+        {"provider": b, "name": "Provider B", "volume": str(19 * M), "payments": 3},
+        {"provider": None, "name": None, "volume": str(500_000), "payments": 1},
+    ]
+    # S1, S2, S3 (cancelled at period end, not ended yet), S6, S7; S4 churned, S5 before
+    assert got["subscriptions"] == {"active": 5, "new": 5, "churned": 1}
+    # 10 + 10 (PA1) + 1 * 30/7 (PA2) + 3 (PX, no plan event: its first charge) + 12 * 30/365
+    assert got["recurringRevenue"] == {"monthly": "28272016", "basis": "30-day"}
+
+
+async def test_a_provider_sees_only_its_own(store: Store) -> None:
+    a, b = await scenario(store)
+    got_a = await report(store, provider_id=a, start=D0, end=END)
+    assert "byProvider" not in got_a and got_a["provider"] == a
+    assert got_a["totals"]["volume"] == str(25_400_000) and got_a["totals"]["payments"] == 7
+    assert got_a["totals"]["byMode"]["oneTime"] == {"volume": str(1 * M), "payments": 1}
+    assert got_a["totals"]["byMode"]["metered"] == {"volume": str(400_000), "payments": 2}
+    assert [p["plan"] for p in got_a["byPlan"]] == [PA1, PX, PA2]
+    assert got_a["subscriptions"] == {"active": 4, "new": 3, "churned": 0}
+    assert got_a["recurringRevenue"]["monthly"] == "27285714"  # 20 + 30/7 + 3 tokens
+    assert [d["activeSubscriptions"] for d in got_a["days"]] == [2, 3, 3, 3, 3, 4, 4]
+
+    got_b = await report(store, provider_id=b, start=D0, end=END)
+    assert got_b["totals"]["volume"] == str(19 * M) and got_b["totals"]["payments"] == 3
+    assert got_b["byPlan"] == [{"plan": PB1, "volume": str(17 * M), "payments": 2}]
+    assert got_b["subscriptions"] == {"active": 1, "new": 2, "churned": 1}
+    assert got_b["recurringRevenue"]["monthly"] == "986301"  # 12 * 30/365 tokens
+    assert [d["churned"] for d in got_b["days"]] == [0, 0, 0, 1, 0, 0, 0]
+
+    nobody = await report(store, provider_id="prov_unknown", start=D0, end=END)
+    assert nobody["totals"]["volume"] == "0" and nobody["byPlan"] == []
+    assert nobody["subscriptions"] == {"active": 0, "new": 0, "churned": 0}
+    assert nobody["recurringRevenue"]["monthly"] == "0"
+
+
+async def test_a_cancel_at_period_end_churns_when_the_subscription_ends(store: Store) -> None:
+    a, _ = await scenario(store)
+    got = await report(store, provider_id=a, start=D0 + 7 * DAY, end=D0 + 10 * DAY)
+    assert [d["date"] for d in got["days"]] == ["2024-03-08", "2024-03-09", "2024-03-10"]
+    assert [d["churned"] for d in got["days"]] == [0, 1, 0]  # S3 ended on day 8
+    assert [d["activeSubscriptions"] for d in got["days"]] == [4, 3, 3]
+    assert got["subscriptions"] == {"active": 3, "new": 0, "churned": 1}
+    assert got["recurringRevenue"]["monthly"] == str(23 * M)  # S1, S2 (PA1), S6
+    assert got["totals"]["volume"] == str(9 * M)  # the payment at the earlier range's end
+    # the whole history: S5 and S4 churned (S4 once, though cancelled and then closed)
+    everything = await report(store, provider_id=None, start=D0 - 30 * DAY, end=D0 + 30 * DAY)
+    assert everything["subscriptions"] == {"active": 4, "new": 7, "churned": 3}
+    assert everything["totals"]["payments"] == 15
+    assert sum(int(d["volume"]) for d in everything["days"]) == 44_900_000 + 7 * M + 9 * M + 20 * M
+
+
+async def test_ranges_are_half_open_and_may_start_mid_day(store: Store) -> None:
+    a, _ = await providers(store)
+    for e in [
+        paid(PAY_A, D0 + 12 * HOUR - 1, 1),  # before
+        paid(PAY_A, D0 + 12 * HOUR, 10),  # first second: in
+        paid(PAY_A, D0 + DAY + 5 * HOUR, 100),
+        paid(PAY_A, D0 + DAY + 6 * HOUR - 1, 1000),  # last second: in
+        paid(PAY_A, D0 + DAY + 6 * HOUR, 10000),  # end: out
+    ]:
+        await store.add_event(e)
+    got = await report(store, provider_id=a, start=D0 + 12 * HOUR, end=D0 + DAY + 6 * HOUR)
+    assert (got["from"], got["to"]) == ("2024-03-01", "2024-03-02")
+    assert [(d["date"], d["oneTime"], d["payments"]) for d in got["days"]] == [
+        ("2024-03-01", "10", 1),
+        ("2024-03-02", "1100", 2),
+    ]
+    one_second = await report(store, provider_id=a, start=D0 + 12 * HOUR, end=D0 + 12 * HOUR + 1)
+    assert len(one_second["days"]) == 1 and one_second["totals"]["volume"] == "10"
+
+
+async def test_an_empty_range_has_every_day_at_zero(store: Store) -> None:
+    await scenario(store)
+    start = int(datetime(2023, 1, 1, tzinfo=UTC).timestamp())
+    got = await report(store, provider_id=None, start=start, end=start + 3 * DAY)
+    assert got["days"] == [day("2023-01-01"), day("2023-01-02"), day("2023-01-03")]
+    zero = {"volume": "0", "payments": 0}
+    assert got["totals"] == {
+        "volume": "0",
+        "payments": 0,
+        "byMode": {"oneTime": zero, "subscription": zero, "metered": zero},
+    }
+    assert got["byPlan"] == [] and got["byProvider"] == []
+    assert got["subscriptions"] == {"active": 0, "new": 0, "churned": 0}
+    assert got["recurringRevenue"] == {"monthly": "0", "basis": "30-day"}
+
+
+async def test_sums_beyond_a_double_stay_exact(store: Store) -> None:
+    a, _ = await providers(store)
+    each = 2**53 - 1  # exact as a float (the store writes SQLite amounts through one)
+    for i in range(3):
+        await store.add_event(paid(PAY_A, D0 + i, each))
+    got = await report(store, provider_id=a, start=D0, end=D0 + DAY)
+    assert got["totals"]["volume"] == str(3 * each)  # odd, above 2**53: no float has it
+    assert got["days"][0]["oneTime"] == str(3 * each)
+    assert got["byPlan"] == [] and got["totals"]["payments"] == 3
+
+
+async def test_a_range_must_be_one(store: Store) -> None:
+    for start, end in [(D0, D0), (D0, D0 - 1), (-1, D0)]:
+        with pytest.raises(ValueError, match="not a range"):
+            await report(store, provider_id=None, start=start, end=end)
+
+
+# -- parse_range ---------------------------------------------------------------------------------
+
+NOW = D0 + 10 * DAY + 5 * HOUR  # 2024-03-11T05:00Z
+
+
+def test_the_default_range_is_the_last_30_days_through_today() -> None:
+    start, end = parse_range({}, NOW)
+    assert end == D0 + 11 * DAY and start == end - 30 * DAY
+
+
+def test_dates_and_unix_seconds() -> None:
+    assert parse_range({"from": "2024-03-01", "to": "2024-03-07"}, NOW) == (D0, END)
+    assert parse_range({"from": str(D0 + 5), "to": str(END + 7)}, NOW) == (D0 + 5, END + 7)
+    assert parse_range({"from": "2024-03-01"}, NOW) == (D0, D0 + 11 * DAY)  # through today
+    assert parse_range({"to": "2024-03-07"}, NOW) == (END - 30 * DAY, END)
+    assert parse_range({"from": "2024-03-01", "to": "2024-03-01"}, NOW) == (D0, D0 + DAY)
+    year = parse_range({"from": "2024-01-01", "to": "2024-12-31"}, NOW)  # a leap year: 366
+    assert year[1] - year[0] == 366 * DAY
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"from": "yesterday"}, "'from' must be a date"),
+        ({"to": "2024-3-1"}, "'to' must be a date"),
+        ({"from": ""}, "'from' must be a date"),
+        ({"from": "-5"}, "'from' must be a date"),
+        ({"from": "1.5"}, "'from' must be a date"),
+        ({"from": "2024-02-30"}, "not a valid date"),
+        ({"to": "99999999999999"}, "too far in the future"),
+        ({"from": "2024-03-07", "to": "2024-03-01"}, "must be before"),
+        ({"from": str(D0), "to": str(D0)}, "must be before"),
+        ({"from": "2023-01-01", "to": "2024-01-02"}, "at most 366 days"),
+        ({"from": "2020-01-01"}, "at most 366 days"),
+    ],
+)
+def test_bad_ranges_say_what_is_wrong(params: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_range(params, NOW)
+
+
+# -- the chart -----------------------------------------------------------------------------------
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", png[16:24])
+    return width, height
+
+
+async def test_the_chart_is_a_png_of_the_report(store: Store) -> None:
+    a, _ = await scenario(store)
+    got = await report(store, provider_id=a, start=D0, end=END)
+    png = chart_png(got, title="Provider A: 2024-03-01 to 2024-03-07")
+    assert png_size(png) == (1000, 600)
+    assert png_size(chart_png(got, title="small", width=640, height=400)) == (640, 400)
+    empty = await report(store, provider_id="prov_unknown", start=D0, end=D0 + DAY)
+    assert png_size(chart_png(empty, title="nothing")) == (1000, 600)
+
+
+def test_a_year_renders() -> None:
+    days = [
+        day(f"d{i}", one_time=i * M, subscription=5 * M, metered=(i % 3) * M, payments=3,
+            new=i % 4, churned=i % 2, active=10 + i)
+        for i in range(366)
+    ]  # fmt: skip
+    png = chart_png({"days": days}, title="a year")  # its speed: scripts/bench-facilitator
+    assert png_size(png) == (1000, 600)

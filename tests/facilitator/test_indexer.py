@@ -1,0 +1,233 @@
+"""The chain indexer: every program event, read back oldest first from a cursor, whoever sent
+the transaction; failed transactions skipped; pages; nested (CPI) logs attributed right."""
+
+from __future__ import annotations
+
+import pytest
+from solana.rpc.commitment import Confirmed
+from solana.rpc.types import TxOpts
+from solders.instruction import Instruction
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from svcpay.facilitator.indexer import (
+    ChainEvent,
+    events_in_logs,
+    program_data_lines,
+    read_events,
+)
+from svcpay.program import instructions
+from svcpay.program.client import BillingClient
+from svcpay.program.generated.program_id import PROGRAM_ID
+from tests.support.billing import DAY, USDC
+from tests.support.chain import Chain
+
+pytestmark = pytest.mark.anyio
+
+# Every event the program emits (programs/svc_billing/src/events.rs).
+ALL_EVENTS = {
+    "PlanCreated",
+    "PlanChanged",
+    "PlanClosed",
+    "SubscriptionCreated",
+    "SubscriptionRenewed",
+    "RenewalFailed",
+    "SubscriptionEnded",
+    "SubscriptionStatusChanged",
+    "SubscriptionClosed",
+    "AllowanceDeducted",
+    "AllowanceCapChanged",
+}
+
+
+async def head(client: BillingClient) -> str | None:
+    """The newest program transaction: a cursor that skips what other tests did."""
+    page = (await client.rpc.get_signatures_for_address(PROGRAM_ID, limit=1)).value
+    return str(page[0].signature) if page else None
+
+
+async def land_failing(client: BillingClient, ix: Instruction, signer: Keypair) -> str:
+    """Sends without preflight, so the failing transaction lands (and pays its fee)."""
+    tx = await client.sign([ix], [signer])
+    sig = (await client.rpc.send_raw_transaction(bytes(tx), TxOpts(skip_preflight=True))).value
+    await client.rpc.confirm_transaction(sig, Confirmed)
+    assert await client.landed(str(sig)) is False
+    return str(sig)
+
+
+def ours(events: list[ChainEvent], plan: Pubkey, subs: set[str]) -> list[ChainEvent]:
+    return [
+        e
+        for e in events
+        if e.fields.get("plan") == str(plan) or e.fields.get("subscription") in subs
+    ]
+
+
+@pytest.fixture
+def period(chain: Chain) -> int:
+    return 30 * DAY if chain.can_time_travel else 4
+
+
+async def test_every_event_is_read_back_oldest_first(
+    chain: Chain, client: BillingClient, period: int
+) -> None:
+    start = await head(client)
+    provider, facilitator, cranker = (chain.funded_keypair() for _ in range(3))
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    plan = await client.create_plan(
+        provider, plan_id=7, mint=mint, destination=destination,
+        billing_authority=facilitator.pubkey(), amount=USDC, period_secs=period,
+        grace_secs=period,
+    )  # fmt: skip
+    await client.update_plan(provider, plan, grace_secs=period)
+    alice, bob = chain.funded_keypair(), chain.funded_keypair()
+    chain.token_account(alice.pubkey(), mint, 10 * USDC)
+    chain.token_account(bob.pubkey(), mint, USDC)  # the first period only
+    alice_sub = await client.subscribe(plan, alice, max_overage=2 * USDC)
+    bob_sub = await client.subscribe(plan, bob)
+    await client.deduct_allowance(alice_sub, USDC // 2, facilitator)
+    await client.increase_allowance(alice_sub, USDC, alice)
+    await client.pause(alice_sub, alice)
+    stranger = chain.funded_keypair()
+    failed = await land_failing(
+        client, instructions.resume(stranger.pubkey(), plan, alice.pubkey()), stranger
+    )
+    await client.resume(alice_sub, provider)
+
+    ends = [(await client.fetch_subscription(s)) for s in (alice_sub, bob_sub)]
+    chain.advance_to(max(s.current_period_end for s in ends if s is not None))
+    await client.collect(alice_sub, cranker)  # renewed
+    await client.collect(bob_sub, cranker)  # cannot pay: past due
+    bob_state = await client.fetch_subscription(bob_sub)
+    assert bob_state is not None
+    chain.advance_to(bob_state.past_due_since + period + 1)
+    await client.collect(bob_sub, cranker)  # grace over: expired
+    await client.close_subscription(bob_sub, bob)
+    await client.cancel(alice_sub, alice)
+    await client.close_subscription(alice_sub, alice)
+    deprecated = await client.deprecate_plan(provider, plan)
+    await client.close_plan(provider, plan)
+
+    batch = await read_events(client.rpc, PROGRAM_ID, start)
+    events = ours(batch.events, plan, {str(alice_sub), str(bob_sub)})
+    assert [e.name for e in events] == [
+        "PlanCreated",
+        "PlanChanged",
+        "SubscriptionCreated",
+        "SubscriptionCreated",
+        "AllowanceDeducted",
+        "AllowanceCapChanged",
+        "SubscriptionStatusChanged",  # paused
+        "SubscriptionStatusChanged",  # resumed
+        "SubscriptionRenewed",
+        "RenewalFailed",
+        "SubscriptionEnded",
+        "SubscriptionClosed",
+        "SubscriptionStatusChanged",  # cancelled
+        "SubscriptionClosed",
+        "PlanChanged",  # deprecated
+        "PlanClosed",
+    ]
+    assert {e.name for e in events} == ALL_EVENTS
+    assert failed not in {e.signature for e in batch.events}
+
+    by_name = {e.name: e for e in events}  # the last of each name
+    created = by_name["PlanCreated"].fields
+    assert created["plan"] == str(plan) and created["authority"] == str(provider.pubkey())
+    assert (created["amount"], created["period_secs"], created["plan_id"]) == (USDC, period, 7)
+    statuses = [e.fields["status"] for e in events if e.name == "SubscriptionStatusChanged"]
+    assert statuses == ["Paused", "Active", "Cancelled"]
+    assert by_name["RenewalFailed"].fields["reason"] == "InsufficientFunds"
+    assert by_name["SubscriptionEnded"].fields["status"] == "Expired"
+    assert by_name["AllowanceDeducted"].fields["amount"] == USDC // 2
+    assert by_name["AllowanceCapChanged"].fields["new_cap"] == 3 * USDC
+    assert by_name["PlanChanged"].fields["status"] == "Deprecated"
+    assert by_name["SubscriptionRenewed"].fields["recovered"] is False
+
+    slots = [e.slot for e in batch.events]
+    assert slots == sorted(slots)
+    assert all(isinstance(e.block_time, int) for e in events)
+    assert len({e.key for e in batch.events}) == len(batch.events)
+    # The same numbering as a receipt of the transaction: one key whoever records it.
+    mine = [e for e in events if e.signature == deprecated.signature]
+    assert [e.name for e in mine] == [e.name for e in deprecated.events]
+    assert [e.index for e in mine] == list(range(len(deprecated.events)))
+
+    assert batch.cursor == await head(client)
+    again = await read_events(client.rpc, PROGRAM_ID, batch.cursor)
+    assert again.events == [] and again.cursor == batch.cursor
+
+    for page_size in (1, 3):
+        paged = await read_events(client.rpc, PROGRAM_ID, start, page_size=page_size)
+        assert paged == batch
+    stepped: list[ChainEvent] = []
+    cursor = start
+    while True:
+        step = await read_events(client.rpc, PROGRAM_ID, cursor, max_transactions=4)
+        if step.cursor == cursor:
+            break
+        stepped += step.events
+        cursor = step.cursor
+    assert stepped == batch.events and cursor == batch.cursor
+
+
+async def test_from_the_beginning_reads_the_whole_history(
+    chain: Chain, client: BillingClient
+) -> None:
+    provider = chain.funded_keypair()
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    plan = await client.create_plan(
+        provider, plan_id=1, mint=mint, destination=destination,
+        billing_authority=provider.pubkey(), amount=USDC, period_secs=DAY,
+    )  # fmt: skip
+    everything = await read_events(client.rpc, PROGRAM_ID, None)
+    assert everything.events[-1].name == "PlanCreated"
+    assert everything.events[-1].fields["plan"] == str(plan)
+    assert everything.cursor == await head(client)
+    empty = await read_events(client.rpc, Pubkey.new_unique(), None)
+    assert empty == ([], None)
+
+
+async def test_only_our_program_data_counts_at_any_depth(
+    chain: Chain, client: BillingClient
+) -> None:
+    provider = chain.funded_keypair()
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    ix = instructions.create_plan(
+        provider.pubkey(), 3, mint, destination, provider.pubkey(), USDC, DAY, 0
+    )
+    receipt = await client.send([ix], [provider])
+    (data,) = [line for line in receipt.logs if line.startswith("Program data: ")]
+    ours_id, router, evil = str(PROGRAM_ID), str(Pubkey.new_unique()), str(Pubkey.new_unique())
+    token = "TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA"
+    logs = [
+        f"Program {evil} invoke [1]",
+        data,  # the same bytes, logged by another program: not ours
+        f"Program {evil} success",
+        f"Program {router} invoke [1]",
+        f"Program {ours_id} invoke [2]",  # a CPI into ours
+        "Program log: Instruction: CreatePlan",
+        f"Program {token} invoke [3]",
+        data,  # the token program's frame
+        f"Program {token} success",
+        data,  # ours again, after the inner call returned
+        f"Program {ours_id} consumed 9000 of 200000 compute units",
+        f"Program {ours_id} success",
+        data,  # the router's
+        f"Program {router} success",
+    ]
+    assert program_data_lines(logs, PROGRAM_ID) == [data]
+    (event,) = events_in_logs(logs, PROGRAM_ID, signature="sig", slot=5, block_time=None)
+    assert (event.name, event.index, event.key) == ("PlanCreated", 0, "sig:0")
+    assert event.fields["plan_id"] == 3 and event.fields["mint"] == str(mint)
+    failing = [
+        f"Program {router} invoke [1]",
+        f"Program {ours_id} invoke [2]",
+        f"Program {ours_id} failed: custom program error: 0x1770",
+        data,
+        f"Program {router} failed: custom program error: 0x1770",
+    ]
+    assert program_data_lines(failing, PROGRAM_ID) == []

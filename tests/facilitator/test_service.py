@@ -1,0 +1,300 @@
+"""The facilitator service end to end on the local validator, on SQLite and PostgreSQL:
+settlement that survives duplicates and restarts, renewals over 30 days of clock, metered
+usage reported by a provider, webhooks to a receiver that fails at first."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import threading
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+from solders.keypair import Keypair
+from solders.message import to_bytes_versioned
+from solders.pubkey import Pubkey
+from solders.transaction import VersionedTransaction
+
+from svcpay.client import build_payment
+from svcpay.facilitator.config import FacilitatorConfig
+from svcpay.facilitator.service import Facilitator
+from svcpay.localnet.process import Localnet
+from svcpay.program.client import BillingClient, status_name
+from svcpay.protocol.headers import NETWORK_MAINNET, SCHEME_EXACT
+from svcpay.protocol.models import PaymentOption
+from svcpay.webhooks import SIGNATURE_HEADER, verify_webhook
+from tests.support.billing import DAY, USDC
+from tests.support.chain import Chain
+from tests.support.facilitator import InProcessFacilitator, in_process_facilitator
+
+pytestmark = pytest.mark.anyio
+PRICE = USDC // 2
+
+
+@dataclass
+class Shop:
+    fac: InProcessFacilitator
+    provider: Keypair
+    mint: Pubkey
+    destination: Pubkey
+    provider_id: str
+    api_key: str
+
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+
+@pytest.fixture
+async def shop(validator: Localnet, chain: Chain, database_url: str) -> AsyncIterator[Shop]:
+    provider, fee_payer = chain.funded_keypair(), chain.funded_keypair()
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    async with in_process_facilitator(validator.url, fee_payer, database_url=database_url) as fac:
+        store = fac.service.store
+        provider_id = await store.create_provider("acme")
+        _, key = await store.create_api_key(provider_id)
+        await store.add_resource(provider_id, "payTo", str(destination))
+        yield Shop(fac, provider, mint, destination, provider_id, key)
+
+
+def option(shop: Shop, memo: str) -> PaymentOption:
+    return PaymentOption(
+        scheme=SCHEME_EXACT,
+        network=NETWORK_MAINNET,
+        token=str(shop.mint),
+        amount=str(PRICE),
+        pay_to=str(shop.destination),
+        memo=memo,
+    )
+
+
+async def payment(shop: Shop, chain: Chain, memo: str) -> tuple[dict[str, object], Keypair]:
+    wallet = chain.funded_keypair()
+    chain.token_account(wallet.pubkey(), shop.mint, 2 * USDC)
+    opt = option(shop, memo)
+    tx = await build_payment(shop.fac.rpc, wallet, opt, shop.fac.fee_payer.pubkey())
+    body = {
+        "signedPayment": base64.b64encode(tx).decode(),
+        "paymentRequirements": opt.to_json_dict(),
+    }
+    return body, wallet
+
+
+async def test_concurrent_duplicates_settle_once_with_one_proof(shop: Shop, chain: Chain) -> None:
+    body, _ = await payment(shop, chain, "memo-dup")
+    replies = await asyncio.gather(*(shop.fac.http.post("/authorize", json=body) for _ in range(5)))
+    assert [r.status_code for r in replies] == [200] * 5
+    assert len({r.text for r in replies}) == 1
+    assert chain.token_state(shop.destination)["amount"] == PRICE
+    settled = [
+        e
+        for e in await shop.fac.service.store.events(shop.provider_id)
+        if e.type == "payment.settled"
+    ]
+    assert len(settled) == 1 and settled[0].data["amount"] == str(PRICE)
+
+
+async def test_a_restart_between_sending_and_answering_loses_nothing(
+    shop: Shop, chain: Chain, database_url: str
+) -> None:
+    body, _ = await payment(shop, chain, "memo-crash")
+    service = shop.fac.service
+    # What the facilitator does before it crashes: store, co-sign, send; no proof recorded.
+    tx = VersionedTransaction.from_bytes(base64.b64decode(str(body["signedPayment"])))
+    sigs = list(tx.signatures)
+    sigs[0] = service.keypair.sign_message(to_bytes_versioned(tx.message))
+    signed = VersionedTransaction.populate(tx.message, sigs)
+    row = {
+        "signature": str(sigs[0]),
+        "network": NETWORK_MAINNET,
+        "payer": "11111111111111111111111111111111",
+        "pay_to": str(shop.destination),
+        "token": str(shop.mint),
+        "amount": PRICE,
+        "memo": "memo-crash",
+        "transaction": base64.b64encode(bytes(signed)).decode(),
+        "status": "sending",
+        "issued_at": 0,
+        "created_at": 0,
+    }
+    await service.store.begin_settlement(row)
+    await BillingClient(service.rpc).send_signed(signed)
+
+    # A new instance on the same database: recovery records the payment (and its event),
+    # and the client's retry of the same request gets the proof without a second transfer.
+    config = FacilitatorConfig(
+        keypair=service.keypair, rpc_url=service.config.rpc_url, database_url=database_url
+    )
+    restarted = Facilitator(config)
+    try:
+        await restarted.recover()
+        option_ = PaymentOption.model_validate(body["paymentRequirements"])
+        proof = await restarted.settler.authorize(
+            base64.b64decode(str(body["signedPayment"])), option_
+        )
+        assert proof.transaction == str(sigs[0]) and proof.signature_valid()
+        again = await shop.fac.http.post("/authorize", json=body)
+        assert again.status_code == 200 and again.json()["transaction"] == str(sigs[0])
+        assert chain.token_state(shop.destination)["amount"] == PRICE
+        types = [e.type for e in await restarted.store.events(shop.provider_id)]
+        assert types.count("payment.settled") == 1
+    finally:
+        await restarted.aclose()
+
+
+async def test_renewals_over_thirty_days_with_a_failure_and_recovery(
+    shop: Shop, chain: Chain
+) -> None:
+    if not chain.can_time_travel:
+        pytest.skip("needs the drop-in validator's time travel")
+    service, billing = shop.fac.service, shop.fac.service.billing
+    plan = await billing.create_plan(
+        shop.provider, plan_id=7, mint=shop.mint, destination=shop.destination,
+        billing_authority=service.keypair.pubkey(), amount=USDC, period_secs=30 * DAY,
+        grace_secs=3 * DAY,
+    )  # fmt: skip
+    await service.store.add_resource(shop.provider_id, "plan", str(plan))
+    rich, poor = chain.funded_keypair(), chain.funded_keypair()
+    chain.token_account(rich.pubkey(), shop.mint, 3 * USDC)
+    poor_token = chain.token_account(poor.pubkey(), shop.mint, USDC)
+    subs = [await billing.subscribe(plan, kp) for kp in (rich, poor)]
+
+    chain.advance_to(chain.unix_timestamp() + 30 * DAY)
+    summary = await service.crank_once()
+    assert (summary.renewed, summary.renewal_failed) == (1, 1)
+    assert status_name(await billing.fetch_subscription(subs[1])) == "PastDue"  # type: ignore[arg-type]
+    lease = await service.store.lease(str(subs[1]))
+    assert lease and lease["attempts"] == 1 and "InsufficientFunds" in lease["last_error"]
+    assert (await service.crank_once()).transactions == 0  # it waits for its retry time
+
+    chain.mint_to(shop.mint, poor_token, USDC)  # the subscriber tops up
+    chain.advance_to(chain.unix_timestamp() + DAY)
+    await service.store.release_subscription(str(subs[1]))  # as if its retry time had come
+    summary = await service.crank_once()
+    assert summary.renewed == 1
+    assert status_name(await billing.fetch_subscription(subs[1])) == "Active"  # type: ignore[arg-type]
+    types = [e.type for e in await service.store.events(shop.provider_id)]
+    assert types.count("subscription.renewed") == 2
+    assert types.count("subscription.renewal_failed") == 1
+
+
+async def test_metered_usage_is_deducted_once_per_key_up_to_the_cap(
+    shop: Shop, chain: Chain
+) -> None:
+    service, billing, http = shop.fac.service, shop.fac.service.billing, shop.fac.http
+    plan = await billing.create_plan(
+        shop.provider, plan_id=8, mint=shop.mint, destination=shop.destination,
+        billing_authority=service.keypair.pubkey(), amount=USDC, period_secs=30 * DAY,
+        grace_secs=DAY,
+    )  # fmt: skip
+    subscriber = chain.funded_keypair()
+    chain.token_account(subscriber.pubkey(), shop.mint, 10 * USDC)
+    sub = await billing.subscribe(plan, subscriber, max_overage=USDC)
+    report = {"subscription": str(sub), "amount": str(USDC // 2), "idempotencyKey": "u-1"}
+
+    assert (await http.post("/v1/usage", json=report)).status_code == 401
+    forbidden = await http.post("/v1/usage", json=report, headers=shop.auth())
+    assert forbidden.status_code == 403  # the plan is not registered to this provider
+    await service.store.add_resource(shop.provider_id, "plan", str(plan))
+
+    first = await http.post("/v1/usage", json=report, headers=shop.auth())
+    again = await http.post("/v1/usage", json=report, headers=shop.auth())
+    assert first.status_code == again.status_code == 200
+    assert first.json()["transaction"] == again.json()["transaction"]
+    assert first.json()["remaining"] == str(USDC // 2)
+    clash = await http.post("/v1/usage", json={**report, "amount": "1"}, headers=shop.auth())
+    assert clash.status_code == 409 and clash.json()["error"] == "IdempotencyKeyReused"
+
+    second = await http.post(
+        "/v1/usage", json={**report, "idempotencyKey": "u-2"}, headers=shop.auth()
+    )
+    assert second.json()["remaining"] == "0"
+    over = await http.post(
+        "/v1/usage", json={**report, "idempotencyKey": "u-3"}, headers=shop.auth()
+    )
+    assert (over.status_code, over.json()["error"]) == (402, "AllowanceExhausted")
+
+    await billing.set_allowance(sub, 2 * USDC, subscriber)
+    raised = await http.post(
+        "/v1/usage", json={**report, "idempotencyKey": "u-4"}, headers=shop.auth()
+    )
+    assert raised.status_code == 200
+    await service.index_once()  # the subscriber's own cap change reaches the event log
+    types = [e.type for e in await service.store.events(shop.provider_id)]
+    assert types.count("allowance.deducted") == 3
+    assert "allowance.exhausted" in types and "allowance.raised" in types
+
+
+class Receiver:
+    """A real HTTP webhook receiver that answers 500 to the first `failures` deliveries."""
+
+    def __init__(self, secret: str = "", failures: int = 2) -> None:
+        self.secret, self.failures = secret, failures
+        self.received: list[dict[str, object]] = []
+        self.attempts = 0
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.attempts += 1
+                if receiver.attempts <= receiver.failures:
+                    self.send_response(500)
+                else:
+                    event = verify_webhook(receiver.secret, body, self.headers[SIGNATURE_HEADER])
+                    if event["id"] not in {e["id"] for e in receiver.received}:
+                        receiver.received.append(event)
+                    self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks"
+
+    def __enter__(self) -> Receiver:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with Receiver() as r:
+        yield r
+
+
+async def test_webhooks_reach_a_receiver_that_fails_at_first(
+    shop: Shop, chain: Chain, receiver: Receiver
+) -> None:
+    http, service = shop.fac.http, shop.fac.service
+    created = await http.post(
+        "/v1/webhooks",
+        json={"url": receiver.url, "eventTypes": ["payment.settled"]},
+        headers=shop.auth(),
+    )
+    assert created.status_code == 201
+    receiver.secret = created.json()["secret"]
+    body, _ = await payment(shop, chain, "memo-hook")
+    assert (await http.post("/authorize", json=body)).status_code == 200
+
+    service.deliverer.first_retry_secs = 1
+    for _ in range(20):
+        await service.deliverer.run_once()
+        if receiver.received:
+            break
+        await asyncio.sleep(0.5)
+    assert receiver.attempts == 3  # two failures, then delivered
+    [event] = receiver.received
+    assert event["type"] == "payment.settled"
+    deliveries = await http.get(
+        f"/v1/webhooks/{created.json()['id']}/deliveries", headers=shop.auth()
+    )
+    [row] = deliveries.json()["deliveries"]
+    assert (row["status"], row["attempts"]) == ("delivered", 3)

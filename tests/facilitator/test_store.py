@@ -1,0 +1,100 @@
+"""The facilitator's database on SQLite and PostgreSQL: migrations, API keys, the webhook
+outbox, shared work leases."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from svcpay.facilitator import db
+from svcpay.facilitator.store import Event, Store, new_id
+
+pytestmark = pytest.mark.anyio
+
+
+def test_migrations_build_exactly_the_declared_schema(database_url: str) -> None:
+    db.migrate(database_url)
+    db.migrate(database_url)  # idempotent
+    assert db.current_revision(database_url) == "0001"
+    engine = sa.create_engine(db.sync_url(database_url))
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), db.metadata)
+    engine.dispose()
+    assert diff == []
+
+
+def test_bad_database_urls_are_refused_with_the_reason() -> None:
+    with pytest.raises(db.DatabaseUrlError, match="unsupported database 'mysql'"):
+        db.async_url("mysql://u@h/d")
+    with pytest.raises(db.DatabaseUrlError, match="not a database URL"):
+        db.async_url("::nonsense::")
+    assert "secret" not in db.redacted("postgresql://u:secret@h/d")
+
+
+async def test_api_keys_are_stored_hashed_and_can_be_revoked(database_url: str) -> None:
+    store = Store.open(database_url)
+    try:
+        provider = await store.create_provider("acme")
+        key_id, key = await store.create_api_key(provider, "ci")
+        assert await store.authenticate(key) == provider
+        assert await store.authenticate(key[:-1] + ("A" if key[-1] != "A" else "B")) is None
+        assert await store.authenticate("svc_nonsense") is None
+        async with store.engine.connect() as conn:
+            stored = (await conn.execute(sa.select(db.api_keys.c.key_hash))).scalars().all()
+        assert key not in stored and all(len(h) == 64 for h in stored)
+        assert await store.revoke_api_key(key_id)
+        assert await store.authenticate(key) is None
+    finally:
+        await store.close()
+
+
+async def test_an_event_queues_one_delivery_per_matching_endpoint(database_url: str) -> None:
+    store = Store.open(database_url)
+    try:
+        provider = await store.create_provider("acme")
+        other = await store.create_provider("other")
+        await store.add_resource(provider, "plan", "PLAN")
+        everything, _ = await store.create_endpoint(provider, "http://a/hook", ["*"])
+        await store.create_endpoint(provider, "http://b/hook", ["payment.settled"])
+        await store.create_endpoint(other, "http://c/hook", ["*"])
+        event = Event(new_id("evt"), "plan.created", 1, {"plan": "PLAN"}, plan="PLAN")
+        assert await store.add_event(event)
+        again = Event(new_id("evt"), "plan.created", 1, {}, chain_key="sig:0")
+        assert await store.add_event(again) and not await store.add_event(again)
+
+        due = await store.claim_deliveries(limit=10, lease_secs=60)
+        assert [(d.url, d.event_id) for d in due] == [("http://a/hook", event.id)]
+        assert b'"type":"plan.created"' in due[0].body
+        assert await store.claim_deliveries(limit=10, lease_secs=60) == []  # leased
+        await store.delivery_failed(due[0].id, status=500, error="HTTP 500", retry_at=0)
+        retry = await store.claim_deliveries(limit=10, lease_secs=60)
+        assert [d.attempts for d in retry] == [1]
+        await store.delivered(retry[0].id, 200)
+        [row] = await store.deliveries(everything.id)
+        assert (row["status"], row["attempts"]) == ("delivered", 2)
+    finally:
+        await store.close()
+
+
+async def test_two_instances_never_lease_the_same_subscription(database_url: str) -> None:
+    one, two = Store.open(database_url), Store.open(database_url, migrate=False)
+    try:
+        subs = [f"SUB{i}" for i in range(40)]
+        a, b = await asyncio.gather(
+            one.claim_subscriptions("a", subs, lease_secs=60),
+            two.claim_subscriptions("b", subs, lease_secs=60),
+        )
+        assert sorted(a + b) == sorted(subs) and not set(a) & set(b)
+        await one.release_subscription(a[0] if a else b[0], error="boom", retry_at=2**40)
+        freed = a[1:] if a else b[1:]
+        for s in freed:
+            await one.release_subscription(s)
+        again = await two.claim_subscriptions("b", subs, lease_secs=60)
+        assert sorted(again) == sorted(freed)  # the failed one waits for its retry time
+    finally:
+        await one.close()
+        await two.close()

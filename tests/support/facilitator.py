@@ -1,0 +1,64 @@
+"""An in-process facilitator for tests: the real service and HTTP API (over ASGI, no socket,
+no background loops), settling on the local validator, with its own SQLite database."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from solana.rpc.async_api import AsyncClient
+from solders.keypair import Keypair
+
+from svcpay.facilitator.app import create_app
+from svcpay.facilitator.config import FacilitatorConfig
+from svcpay.facilitator.service import Facilitator
+from svcpay.protocol.headers import NETWORK_MAINNET
+
+FACILITATOR_URL = "http://facilitator"
+
+
+@dataclass
+class InProcessFacilitator:
+    service: Facilitator
+    http: httpx.AsyncClient  # the facilitator's API (base_url FACILITATOR_URL)
+
+    @property
+    def rpc(self) -> AsyncClient:
+        """The validator, as clients and the facilitator reach it."""
+        return self.service.rpc
+
+    @property
+    def fee_payer(self) -> Keypair:
+        """The facilitator's keypair: it pays settlement fees and signs proofs."""
+        return self.service.keypair
+
+    @property
+    def key(self) -> str:
+        return self.service.public_key
+
+
+@asynccontextmanager
+async def in_process_facilitator(
+    rpc_url: str, fee_payer: Keypair, network: str = NETWORK_MAINNET, database_url: str = ""
+) -> AsyncIterator[InProcessFacilitator]:
+    """The service on `database_url` (default: SQLite in a temporary directory); tests drive
+    its background work (service.crank_once(), service.deliverer.run_once(), ...)."""
+    with tempfile.TemporaryDirectory(prefix="svcpay-facilitator-") as tmp:
+        config = FacilitatorConfig(
+            keypair=fee_payer,
+            rpc_url=rpc_url,
+            database_url=database_url or f"sqlite:///{Path(tmp) / 'facilitator.db'}",
+            network=network,
+        )
+        service = Facilitator(config)
+        app = create_app(service, background=False)
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=FACILITATOR_URL)
+        try:
+            yield InProcessFacilitator(service, http)
+        finally:
+            await http.aclose()
+            await service.aclose()

@@ -3,6 +3,7 @@ crash, and never a double charge when a crash falls between sending and recordin
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import httpx
@@ -63,6 +64,20 @@ async def test_usage_is_batched_into_one_deduction(
     assert (meter.pending(sub_id), await used(client, sub_id)) == (600_000, 0)
     await meter.flush()
     assert (meter.pending(sub_id), await used(client, sub_id)) == (0, 600_000)
+
+
+async def test_a_use_counts_as_pending_from_the_moment_it_is_recorded(
+    client: BillingClient, tmp_path: Path
+) -> None:
+    """The gate records a use once the response went out; the client's next request can
+    arrive while the use is still being written, and must already count it (else a
+    sequential client gets past the cap)."""
+    meter = BatchingMeter(client, Keypair(), tmp_path / "meter.db")
+    recording = asyncio.create_task(meter.record("sub", 100))
+    await asyncio.sleep(0)  # record has run up to its write, which waits on a thread
+    assert meter.pending("sub") == 100
+    await recording
+    assert meter.pending("sub") == 100
 
 
 async def test_a_full_batch_flushes_by_itself(

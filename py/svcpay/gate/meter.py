@@ -72,12 +72,18 @@ class BatchingMeter:
 
     async def record(self, subscription_id: str, amount: int) -> None:
         """Durably records a use; flushes when `max_batch` uses are pending."""
-        await asyncio.to_thread(
-            self._query,
-            "INSERT INTO usage (subscription, amount) VALUES (?, ?)",
-            (subscription_id, amount),
-        )
+        # Counted as pending before the first await: the gate calls this right after the
+        # response went out, and the client's next request must already see this use.
         self._pending[subscription_id] = self._pending.get(subscription_id, 0) + amount
+        try:
+            await asyncio.to_thread(
+                self._query,
+                "INSERT INTO usage (subscription, amount) VALUES (?, ?)",
+                (subscription_id, amount),
+            )
+        except BaseException:
+            self._pending[subscription_id] -= amount
+            raise
         self._unbatched += 1
         if self._unbatched >= self.max_batch:
             await self.flush()

@@ -54,8 +54,8 @@ MODES: dict[str, str] = {
 CREATED = "subscription.created"
 CHURN_TYPES = ("subscription.ended", "subscription.closed", "subscription.cancelled")
 
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-_UNIX = re.compile(r"\d{1,15}")
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")  # ASCII digits (\d takes any script's)
+_UNIX = re.compile(r"[0-9]{1,15}")
 
 
 # -- ranges ------------------------------------------------------------------------------------

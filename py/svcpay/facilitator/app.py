@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -263,7 +264,19 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
             Route("/v1/analytics", provider_only(analytics_json)),
             Route("/v1/analytics/chart.png", provider_only(analytics_chart)),
         ],
+        exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
+    )
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own answers (no such route, a method the route lacks) in the API's shape."""
+    assert isinstance(exc, HTTPException)
+    names = {404: "NotFound", 405: "MethodNotAllowed"}
+    return JSONResponse(
+        {"error": names.get(exc.status_code, "InvalidRequest"), "message": exc.detail},
+        status_code=exc.status_code,
+        headers=exc.headers,
     )
 
 

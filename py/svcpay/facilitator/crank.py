@@ -128,7 +128,7 @@ async def run_once(
         receipt = await client.send([ix for _, ix in group], [payer])
         summary.absorb(receipt)
         if store is not None:
-            await record_receipt(store, receipt)
+            await record_receipt(store, receipt, at=await client.chain_time())
             unpaid = {
                 str(e.data["subscription"]): e for e in receipt.events if e.name == "RenewalFailed"
             }

@@ -213,7 +213,9 @@ def create_engine(url: str | URL) -> AsyncEngine:
     if u.get_backend_name() == "sqlite":
         if u.database and u.database != ":memory:":
             Path(u.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(u)
+        # One connection: SQLite has one writer at a time, and writers queueing here are
+        # served in order, where several connections would sleep in SQLite's busy handler.
+        engine = create_async_engine(u, pool_size=1, max_overflow=0, pool_timeout=60)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     return create_async_engine(u, pool_size=10, max_overflow=10, pool_pre_ping=True)

@@ -114,6 +114,8 @@ def from_program_event(
         )
 
     amount = int(data["amount"]) if isinstance(data.get("amount"), int) else None
+    if amount is not None and amount >= 2**63:  # beyond the database's integer (SQLite)
+        amount = None  # kept in `data`; left out of the analytics sums
     if name == "PlanCreated":
         return [ev("plan.created")]
     if name == "PlanChanged":
@@ -148,10 +150,13 @@ def from_program_event(
     return []
 
 
-async def record_receipt(store: Store, receipt: Receipt, plan: str | None = None) -> None:
+async def record_receipt(
+    store: Store, receipt: Receipt, plan: str | None = None, at: int | None = None
+) -> None:
     """Stores the lifecycle events of one of the facilitator's own transactions right away
-    (the indexer finds them too; their chain keys make that second copy a no-op)."""
-    at = int(time.time())
+    (the indexer finds them too; their chain keys make that second copy a no-op). `at` is
+    the cluster's clock (what the indexer records as the block time); default: now."""
+    at = int(time.time()) if at is None else at
     for index, event in enumerate(receipt.events):
         for ev in from_program_event(
             event.name, event.data, signature=receipt.signature, index=index, at=at, plan=plan

@@ -13,23 +13,26 @@ import functools
 from typing import Any
 
 from svcpay.facilitator.lifecycle import EVENT_TYPES
+from svcpay.facilitator.usage import MAX_AMOUNT as MAX_USAGE_AMOUNT
 from svcpay.protocol.headers import PROTOCOL_VERSION, SCHEME_EXACT
 
 JSON = "application/json"
 Schema = dict[str, Any]
 
 BASE58_ADDRESS = "^[1-9A-HJ-NP-Za-km-z]{32,44}$"
-U64_MAX = 2**64 - 1
 EVENTS_AFTER_MAX = 2**62
 # The limits app.py checks (it imports this module, so they are restated here; the fuzz test
 # holds the two together).
 MAX_BODY = 64 * 1024
 MAX_URL = 2000
 MAX_IDEMPOTENCY_KEY = 200
-MAX_USAGE_AMOUNT = 2**63 - 1  # usage.MAX_AMOUNT
 # A webhook URL: http(s), optional user info, a host name or IPv4 address, optional port,
-# path, query and fragment, no whitespace. app.py accepts exactly these (re.fullmatch).
-WEBHOOK_URL = r"^[Hh][Tt][Tt][Pp][Ss]?://([^@/?#\s\[\]]+@)?[A-Za-z0-9.-]+(:[0-9]{1,5})?([/?#]\S*)?$"
+# path, query and fragment; no spaces or control characters (spelled out: Python's \s and
+# JSON Schema's disagree on some). app.py accepts exactly these (re.fullmatch).
+WEBHOOK_URL = (
+    r"^[Hh][Tt][Tt][Pp][Ss]?://([^@/?#\[\]\x00-\x20\x7f]+@)?[A-Za-z0-9.-]+(:[0-9]{1,5})?"
+    r"([/?#][^\x00-\x20\x7f]*)?$"
+)
 
 
 def ref(name: str) -> Schema:
@@ -87,7 +90,10 @@ ENDPOINT_ID = {
     "description": "the webhook endpoint's id (`we_...`)",
     "schema": {"type": "string", "minLength": 1},
 }
-RANGE_BOUND = "^\\s*([0-9]{4}-[0-9]{2}-[0-9]{2}|[0-9]{1,15})\\s*$"
+# What analytics.parse_range reads, around str.strip()'s whitespace (JSON Schema's \s lacks
+# a few of Python's).
+_SPACE = r"[\s\x1c-\x1f\x85]*"
+RANGE_BOUND = rf"^{_SPACE}([0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}|[0-9]{{1,15}}){_SPACE}$"
 RANGE = [
     query(
         "from",

@@ -89,6 +89,15 @@ class Delivery:
 
 
 @dataclass(frozen=True)
+class DeliveryOutcome:
+    delivery_id: int
+    ok: bool
+    status: int | None = None
+    error: str = ""
+    retry_at: int | None = None
+
+
+@dataclass(frozen=True)
 class Endpoint:
     id: str
     provider_id: str
@@ -463,38 +472,43 @@ class Store:
                 for r in rows
             ]
 
-    async def delivered(self, delivery_id: int, status: int) -> None:
+    async def record_attempts(self, outcomes: Sequence[DeliveryOutcome]) -> None:
+        """Records a batch of delivery attempts in one transaction: delivered (2xx), to be
+        retried at `retry_at`, or given up (`retry_at` None)."""
+        if not outcomes:
+            return
+        ts = now()
         async with self.engine.begin() as conn:
-            await conn.execute(
-                webhook_deliveries.update()
-                .where(webhook_deliveries.c.id == delivery_id)
-                .values(
-                    status="delivered",
-                    attempts=webhook_deliveries.c.attempts + 1,
-                    last_status=status,
-                    last_error=None,
-                    delivered_at=now(),
-                    locked_until=0,
+            for o in outcomes:
+                if o.ok:
+                    values: dict[str, Any] = {
+                        "status": "delivered", "last_error": None, "delivered_at": ts,
+                    }  # fmt: skip
+                else:
+                    values = {
+                        "status": "pending" if o.retry_at is not None else "dead",
+                        "last_error": o.error[:500],
+                        "next_attempt_at": o.retry_at or 0,
+                    }
+                await conn.execute(
+                    webhook_deliveries.update()
+                    .where(webhook_deliveries.c.id == o.delivery_id)
+                    .values(
+                        attempts=webhook_deliveries.c.attempts + 1,
+                        last_status=o.status,
+                        locked_until=0,
+                        **values,
+                    )
                 )
-            )
+
+    async def delivered(self, delivery_id: int, status: int) -> None:
+        await self.record_attempts([DeliveryOutcome(delivery_id, True, status)])
 
     async def delivery_failed(
         self, delivery_id: int, *, status: int | None, error: str, retry_at: int | None
     ) -> None:
         """Records a failed attempt: retried at `retry_at`, or given up (dead) when None."""
-        async with self.engine.begin() as conn:
-            await conn.execute(
-                webhook_deliveries.update()
-                .where(webhook_deliveries.c.id == delivery_id)
-                .values(
-                    status="pending" if retry_at is not None else "dead",
-                    attempts=webhook_deliveries.c.attempts + 1,
-                    last_status=status,
-                    last_error=error[:500],
-                    next_attempt_at=retry_at or 0,
-                    locked_until=0,
-                )
-            )
+        await self.record_attempts([DeliveryOutcome(delivery_id, False, status, error, retry_at)])
 
     async def deliveries(self, endpoint_id: str) -> list[dict[str, Any]]:
         async with self.engine.connect() as conn:

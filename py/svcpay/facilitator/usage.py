@@ -112,7 +112,12 @@ class UsageReporter:
         except TransactionError as e:  # not the subscriber's doing: the report stays pending
             raise UsageError("DeductionPending", f"{e}; report again with the same key", 503) from e
         sub = await self.billing.fetch_subscription(row["subscription"])
-        await record_receipt(self.store, receipt, plan=str(sub.plan) if sub else None)
+        await record_receipt(
+            self.store,
+            receipt,
+            plan=str(sub.plan) if sub else None,
+            at=await self.billing.chain_time(),
+        )
         await self.store.finish_usage(row["id"], signature=receipt.signature, error=None)
         deducted = receipt.event("AllowanceDeducted")
         fields = deducted.data if deducted else {}

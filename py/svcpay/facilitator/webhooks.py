@@ -18,7 +18,7 @@ import time
 
 import httpx
 
-from svcpay.facilitator.store import Delivery, Store
+from svcpay.facilitator.store import Delivery, DeliveryOutcome, Store
 from svcpay.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, sign_webhook
 
 log = logging.getLogger("svcpay.webhooks")
@@ -61,7 +61,8 @@ class Deliverer:
             due = await self.store.claim_deliveries(limit=self.batch, lease_secs=self.lease_secs)
             if not due:
                 return tried
-            await asyncio.gather(*(self._send(d) for d in due))
+            outcomes = await asyncio.gather(*(self._send(d) for d in due))
+            await self.store.record_attempts(outcomes)
             tried += len(due)
 
     async def run(self, stop: asyncio.Event, interval: float = 1.0) -> None:
@@ -74,7 +75,7 @@ class Deliverer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval)
 
-    async def _send(self, d: Delivery) -> None:
+    async def _send(self, d: Delivery) -> DeliveryOutcome:
         async with self._slots:
             headers = {
                 "Content-Type": "application/json",
@@ -87,21 +88,18 @@ class Deliverer:
                 response = await self.http.post(d.url, content=d.body, headers=headers)
                 status = response.status_code
                 if 200 <= status < 300:
-                    await self.store.delivered(d.id, status)
                     self.delivered += 1
-                    return
+                    return DeliveryOutcome(d.id, True, status)
                 error = f"HTTP {status}"
             except httpx.HTTPError as e:
                 error = f"{type(e).__name__}: {e}"
-            self.failed += 1
-            attempts = d.attempts + 1
-            retry_at: int | None = int(time.time()) + retry_delay(
-                attempts, first=self.first_retry_secs
-            )
-            if d.created_at + self.give_up_after_secs < (retry_at or 0):
-                retry_at = None
-            log.info("webhook %s to %s failed (%s), attempt %d", d.event_id, d.url, error, attempts)
-            await self.store.delivery_failed(d.id, status=status, error=error, retry_at=retry_at)
+        self.failed += 1
+        attempts = d.attempts + 1
+        retry_at: int | None = int(time.time()) + retry_delay(attempts, first=self.first_retry_secs)
+        if d.created_at + self.give_up_after_secs < (retry_at or 0):
+            retry_at = None
+        log.info("webhook %s to %s failed (%s), attempt %d", d.event_id, d.url, error, attempts)
+        return DeliveryOutcome(d.id, False, status, error, retry_at)
 
     async def aclose(self) -> None:
         await self.http.aclose()

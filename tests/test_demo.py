@@ -1,24 +1,149 @@
-"""The demo runs to the end in the suite, so it cannot silently break."""
+"""The demo runs to the end in the suite, so it cannot silently break: each step's key lines,
+the chart, and nothing left running afterwards (also when it fails or is interrupted)."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
 import pytest
 
-from svcpay import demo
+from svcpay.demo import walkthrough
+from svcpay.demo.walkthrough import Demo, run
+
+PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def test_demo_walks_through_the_three_flows_on_chain_and_over_http(
-    capsys: pytest.CaptureFixture[str],
+def validator_running(url: str | None) -> bool:
+    assert url is not None
+    port = url.rsplit(":", 1)[1]
+    found = subprocess.run(["pgrep", "-f", "--", f"--rpc-port {port}"], capture_output=True)
+    return found.returncode == 0
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_the_demo_walks_through_every_flow_and_leaves_nothing_running(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    assert demo.main() == 0
-    out = capsys.readouterr().out
-    assert "event PlanCreated" in out
-    assert "event SubscriptionCreated" in out
-    assert out.count("event AllowanceDeducted") == 4
-    assert "AllowanceExhausted (True)" in out
-    assert "GET /v1/data -> 402" in out and "GET /v1/data with X-PAYMENT -> 200" in out
-    assert "the same proof again -> 402 InvalidPaymentProof" in out
-    assert "X-Svc-Sub: " in out and "-> 200 {'data': 'the resource', 'path': '/v1/resource'}" in out
-    assert "call 3 -> 402 the metered allowance is used up" in out
-    assert "after raising the cap by 1 USDC -> 200" in out
-    assert "client 36.00 USDC, provider 14.00 USDC" in out
+    demo = Demo(tmp_path / "out")
+    code = run(demo=demo)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+
+    # 1. one-time: 402 with terms, paid through the facilitator, 200 with the proof; replay refused
+    one_time = out[out.index("── 1.") : out.index("── 2.")]
+    assert "→ api  GET /v1/data\n   ← api  402 Payment Required" in one_time
+    assert '"amount": "500000"' in one_time and '"memo": ' in one_time
+    assert "→ facilitator  POST /authorize\n   ← facilitator  200 OK" in one_time
+    assert re.search(r"GET /v1/data   \[X-PAYMENT: .*\]\n   ← api  200 OK", one_time)
+    assert "decoded, the facilitator's proof:" in one_time and '"signature": "' in one_time
+    assert "client                  50.00 USDC → 49.50 USDC" in one_time
+    assert "(it needs none)" in one_time  # the client holds no SOL: the facilitator pays fees
+    assert "402 InvalidPaymentProof: the proof was already used" in one_time
+
+    # 2. subscription: the 402 lists the plan; served with X-Svc-Sub
+    subscription = out[out.index("── 2.") : out.index("── 3.")]
+    assert '"subscriptionScheme": true' in subscription
+    assert "subscription: Active" in subscription and "cycles billed 1" in subscription
+    assert re.search(r"GET /v1/resource   \[X-Svc-Sub: .*\]\n   ← api  200 OK", subscription)
+
+    # 3. thirty days later the facilitator's crank renewed it and charged the period
+    renewal = out[out.index("── 3.") : out.index("── 4.")]
+    assert re.search(r"renewed on chain after \d+\.\d s", renewal)
+    assert "cycles billed 2, paid 20.00 USDC" in renewal
+    assert "charged 10.00 USDC for the period ending" in renewal
+    assert "⇠ webhook subscription.renewed" in renewal
+
+    # 4. metered: three calls fit the 0.30 cap, the fourth is refused, served after raising it
+    metered = out[out.index("── 4.") : out.index("── 5.")]
+    assert metered.count("← api  200 OK") == 4
+    assert "call 4: 402 AllowanceExhausted: the metered allowance is used up" in metered
+    assert "served again: " in metered
+    assert "allowance on chain: used 0.40 USDC of cap 0.50 USDC" in metered
+
+    # 5. webhooks, each verified and kept once
+    received = set(re.findall(r"⇠ webhook (\S+)", out))
+    assert {"payment.settled", "subscription.created", "subscription.renewed"} <= received
+    assert {"allowance.deducted", "allowance.raised"} <= received
+    assert " 0 refused signatures" in out
+
+    # 6. analytics and the chart
+    assert "oneTime          0.50 USDC  (1)" in out
+    assert "subscriptions: 2 active" in out and "recurring revenue 11.00 USDC" in out
+    assert (tmp_path / "out" / "analytics.png").read_bytes().startswith(PNG)
+
+    # nothing left behind
+    assert "all stopped; temporary files removed" in out
+    assert len(demo.children) == 2
+    assert all(child.proc.returncode is not None for child in demo.children)
+    assert not validator_running(demo.validator_url)
+    assert demo.tmp is not None and not demo.tmp.exists()
+
+
+def test_a_failing_service_is_reported_with_its_stderr(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_env = walkthrough.child_env
+
+    def without_facilitator_key(extra: Mapping[str, str]) -> dict[str, str]:
+        env = real_env(extra)
+        if "SVCPAY_FACILITATOR_KEYPAIR" in env:
+            env["SVCPAY_FACILITATOR_KEYPAIR"] = str(tmp_path / "missing.json")
+        return env
+
+    monkeypatch.setattr(walkthrough, "child_env", without_facilitator_key)
+    demo = Demo(tmp_path / "out")
+    assert run(demo=demo) == 1
+    err = capsys.readouterr().err
+    assert "demo failed: the facilitator exited with 2 before it was ready" in err
+    assert "missing.json: no such keypair file" in err  # the tail of the facilitator's stderr
+    assert all(child.proc.returncode is not None for child in demo.children)
+    assert not validator_running(demo.validator_url)
+
+
+def test_ctrl_c_mid_demo_stops_every_process(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "svcpay.demo", "--out", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("── 1."):
+                break
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends (the services are not in its group)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = "".join(lines) + out
+    assert proc.returncode == 130, err
+    assert "demo interrupted" in err
+    pids = [int(p) for p in re.findall(r"pid (\d+): svcpay", text)]
+    assert len(pids) == 2, text
+    assert all(gone(pid) for pid in pids)
+    url = re.search(r"local validator \(\S+\) at (\S+)", text)
+    assert url is not None
+    assert not validator_running(url.group(1))

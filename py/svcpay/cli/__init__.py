@@ -9,6 +9,7 @@
     svcpay facilitator serve|migrate|crank|provider
                                          run and operate the facilitator
     svcpay analytics                     volume, subscriptions, revenue (table + PNG)
+    svcpay demo                          walk through the three flows on a local validator
 
 Global options (before or after the command): `--url` (RPC URL; default $SVCPAY_RPC_URL or
 http://127.0.0.1:8899), `--keypair` (default $SVCPAY_KEYPAIR or ~/.config/solana/id.json)
@@ -38,7 +39,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from svcpay.cli import facilitator, keys, localnet, pay, plan, subscription
+from svcpay.cli import demo, facilitator, keys, localnet, pay, plan, subscription
 from svcpay.cli._common import (
     EXIT_CODES,
     EXIT_FAILED,
@@ -50,7 +51,7 @@ from svcpay.cli._common import (
 from svcpay.cli._errors import describe
 
 # Each registers its commands, in the order `svcpay --help` lists them.
-COMMANDS: list[ModuleType] = [localnet, keys, plan, subscription, pay, facilitator]
+COMMANDS: list[ModuleType] = [localnet, keys, plan, subscription, pay, facilitator, demo]
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 

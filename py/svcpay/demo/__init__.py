@@ -1,0 +1,36 @@
+"""The demo (`scripts/demo`, `svcpay demo`, `python -m svcpay.demo`): svcpay's processes on
+the embedded defaults and a paying client walking through the spec's flows
+(`svcpay.demo.walkthrough`, imported on first use so the CLI starts fast)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DEFAULT_OUT = Path(".svcpay/demo")  # where the analytics chart is written
+
+__all__ = ["DEFAULT_OUT", "main", "run"]
+
+
+def run(out_dir: Path = DEFAULT_OUT) -> int:
+    """Runs the walkthrough: 0 when every step did what it should, 1 (the reason and the
+    failing process's stderr on stderr) when one did not, 130 when interrupted."""
+    from svcpay.demo.walkthrough import run as run_walkthrough
+
+    return run_walkthrough(out_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m svcpay.demo",
+        description="svcpay's walkthrough: validator, facilitator and resource server as "
+        "separate processes, and a paying client going through the three flows.",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        metavar="DIR",
+        help=f"where the analytics chart is written (default: {DEFAULT_OUT})",
+    )
+    return run(parser.parse_args(argv).out)

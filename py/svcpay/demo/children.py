@@ -1,0 +1,108 @@
+"""The demo's child processes: started in their own process group with their output in
+files, waited on until they print their ready line, and stopped (SIGTERM, then SIGKILL)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+STOP_TIMEOUT = 15.0  # seconds a child gets to shut down gracefully before SIGKILL
+
+
+class DemoFailed(RuntimeError):
+    """A step of the demo failed; `child` is the process whose log explains it, if any."""
+
+    def __init__(self, message: str, child: Child | None = None) -> None:
+        super().__init__(message)
+        self.child = child
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+class Child:
+    """One service process (`argv` with `env`), stdout and stderr in files under `logs`."""
+
+    def __init__(self, name: str, argv: Sequence[str], env: Mapping[str, str], logs: Path) -> None:
+        self.name = name
+        slug = name.replace(" ", "-")
+        self.stdout_path, self.stderr_path = logs / f"{slug}.out", logs / f"{slug}.err"
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            # Its own session: Ctrl-C reaches the demo only, which stops its children in order.
+            self.proc = subprocess.Popen(
+                list(argv),
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait_ready(self, prefix: str, timeout: float = 60.0) -> str:
+        """The first stdout line that starts with `prefix`, once the child prints it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.stdout_path.read_text(errors="replace").splitlines():
+                if line.startswith(prefix):
+                    return line
+            if self.proc.poll() is not None:
+                raise DemoFailed(
+                    f"the {self.name} exited with {self.proc.returncode} before it was ready",
+                    self,
+                )
+            time.sleep(0.05)
+        raise DemoFailed(f"the {self.name} was not ready within {timeout:.0f} s", self)
+
+    def check_running(self) -> None:
+        if self.proc.poll() is not None:
+            raise DemoFailed(f"the {self.name} exited with {self.proc.returncode}", self)
+
+    def stderr_tail(self, lines: int = 25) -> str:
+        return _tail(self.stderr_path, lines)
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int:
+        """SIGTERM to its process group, a graceful wait, SIGKILL as the last resort; returns
+        the exit status."""
+        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+            if self.proc.poll() is not None:
+                break
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+        self.proc.wait()
+        return self.proc.returncode
+
+
+def run_command(
+    what: str, argv: Sequence[str], env: Mapping[str, str], timeout: float = 60.0
+) -> str:
+    """Runs a short command to completion and returns its stdout; DemoFailed (with its
+    stderr) when it fails."""
+    try:
+        done = subprocess.run(
+            list(argv), env=dict(env), capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as e:
+        raise DemoFailed(f"{what} did not finish within {timeout:.0f} s") from e
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.rstrip().splitlines()[-25:])
+        raise DemoFailed(f"{what} exited with {done.returncode}:\n{tail}")
+    return done.stdout

@@ -1,0 +1,712 @@
+"""The walkthrough: svcpay as separate processes, and a paying client going through the
+spec's three flows against them.
+
+Processes: the local validator (svcpay's drop-in, which can move its clock), the facilitator
+(`svcpay facilitator serve`: settlement API, billing crank, webhooks, indexer, analytics; on
+SQLite) and the example resource server (`python -m svcpay.examples.resource_server`). This
+process plays the paying client and the provider's webhook endpoint. Each step prints what
+crossed the wire and what changed on chain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+from solders.system_program import TransferParams, transfer
+from spl.token.instructions import get_associated_token_address
+
+from svcpay.amounts import format_amount, to_base_units
+from svcpay.client import PaymentAuth
+from svcpay.demo import DEFAULT_OUT
+from svcpay.demo.children import Child, DemoFailed, run_command
+from svcpay.demo.receiver import WebhookReceiver
+from svcpay.examples.resource_server import DATA_PRICE, PROCESS_PRICE
+from svcpay.keys import save_keypair
+from svcpay.localnet.chain import Chain
+from svcpay.localnet.process import LocalnetError, ProgramBinaryMissing, localnet
+from svcpay.program import instructions, pda
+from svcpay.program.client import BillingClient, Receipt, status_name
+from svcpay.program.generated.accounts.subscription import Subscription
+from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
+
+DAY = 86_400
+PERIOD = 30 * DAY
+SUBSCRIPTION_PRICE = to_base_units("10")  # the 30-day plan that opens GET /v1/resource
+METERED_PLAN_PRICE = to_base_units("1")  # the plan whose allowance POST /v1/process uses
+MAX_OVERAGE = to_base_units("0.30")  # the client's metered cap: three calls
+RAISE_BY = to_base_units("0.20")
+CLIENT_FUNDS = to_base_units("50")
+CLIENT_SOL = 50_000_000  # lamports, for the client's own transactions (subscribe, cap)
+GATE_CACHE_SECS = 2.0  # the gate caches a subscription's on-chain state this long
+PYTHON = sys.executable
+
+
+# -- printing ----------------------------------------------------------------------------------
+def step(title: str) -> None:
+    print(f"\n── {title}", flush=True)
+
+
+def say(text: str = "") -> None:
+    print(f"   {text}", flush=True)
+
+
+def show_json(value: object, indent: str = "     ") -> None:
+    for line in json.dumps(value, indent=2).splitlines():
+        print(indent + line)
+    sys.stdout.flush()
+
+
+def usdc(units: int) -> str:
+    return format_amount(units)
+
+
+def sol(lamports: int) -> str:
+    return f"{lamports / 10**9:.6f} SOL"
+
+
+def when(ts: int) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def short(value: str, keep: int = 16) -> str:
+    return value if len(value) <= keep + 8 else f"{value[:keep]}…({len(value)} chars)"
+
+
+def expect(condition: bool, message: str, child: Child | None = None) -> None:
+    if not condition:
+        raise DemoFailed(message, child)
+
+
+def wire(name: str) -> dict[str, list[Callable[[Any], Awaitable[None]]]]:
+    """httpx event hooks that print each request line (with its payment or key headers)
+    and each response status, as they cross the wire."""
+
+    async def request(req: httpx.Request) -> None:
+        extras = [
+            f"{h}: {short(v)}"
+            for h in (X_PAYMENT, X_SVC_SUB, "Authorization")
+            if (v := req.headers.get(h))
+        ]
+        path = req.url.raw_path.decode()
+        say(f"→ {name}  {req.method} {path}" + (f"   [{'; '.join(extras)}]" if extras else ""))
+
+    async def response(resp: httpx.Response) -> None:
+        say(f"← {name}  {resp.status_code} {resp.reason_phrase}")
+
+    return {"request": [request], "response": [response]}
+
+
+# -- the chain as the demo sets it up ------------------------------------------------------
+@dataclass(frozen=True)
+class World:
+    mint: Pubkey
+    provider: Keypair
+    pay_to: Pubkey
+    plan: Pubkey  # 10 USDC every 30 days: GET /v1/resource
+    metered_plan: Pubkey  # 1 USDC every 30 days + allowance: POST /v1/process
+    facilitator: Keypair
+    server_authority: Keypair  # the metered plan's billing authority (the resource server)
+    client: Keypair
+
+
+@dataclass(frozen=True)
+class Balances:
+    client_usdc: int
+    client_sol: int
+    provider_usdc: int
+    facilitator_sol: int
+
+
+def set_up_chain(chain: Chain) -> World:
+    step("Setup on chain")
+    mint = chain.create_mint(decimals=6)
+    say(f"USDC: a 6-decimal mint {mint}")
+    provider, facilitator = chain.funded_keypair(), chain.funded_keypair()
+    server_authority = chain.funded_keypair(10**9)
+    pay_to = chain.token_account(provider.pubkey(), mint)
+    plan, metered_plan = (pda.plan_address(provider.pubkey(), n) for n in (1, 2))
+    created = chain.send_ok(
+        [
+            instructions.create_plan(
+                provider.pubkey(), 1, mint, pay_to, facilitator.pubkey(),
+                SUBSCRIPTION_PRICE, PERIOD, 3 * DAY,
+            ),
+            instructions.create_plan(
+                provider.pubkey(), 2, mint, pay_to, server_authority.pubkey(),
+                METERED_PLAN_PRICE, PERIOD, 3 * DAY,
+            ),
+        ],
+        [provider],
+    )  # fmt: skip
+    say(f"provider {provider.pubkey()}, payTo (its USDC account) {pay_to}")
+    say(f"plan {plan}: {usdc(SUBSCRIPTION_PRICE)} every 30 days (GET /v1/resource)")
+    say(f"   billing authority: the facilitator's key {facilitator.pubkey()}")
+    say(
+        f"plan {metered_plan}: {usdc(METERED_PLAN_PRICE)} every 30 days + "
+        f"{usdc(PROCESS_PRICE)} per POST /v1/process from an allowance"
+    )
+    say(f"   billing authority: the resource server's key {server_authority.pubkey()}")
+    say(f"both plans in one transaction: {created.compute_units:,} compute units")
+    client = Keypair()
+    chain.token_account(client.pubkey(), mint, amount=CLIENT_FUNDS)
+    say(f"client {client.pubkey()}: {usdc(CLIENT_FUNDS)} and no SOL")
+    say(f"facilitator: {sol(chain_balance(chain, facilitator.pubkey()))} (it pays the fees)")
+    return World(mint, provider, pay_to, plan, metered_plan, facilitator, server_authority, client)
+
+
+def chain_balance(chain: Chain, address: Pubkey) -> int:
+    return int(chain.rpc("getBalance", str(address), {"commitment": "confirmed"})["value"])
+
+
+def token_balance(chain: Chain, owner: Pubkey, mint: Pubkey) -> int:
+    return int(chain.token_state(get_associated_token_address(owner, mint))["amount"])
+
+
+# -- the processes ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Services:
+    facilitator_url: str
+    api_url: str
+    api_key: str
+    children: tuple[Child, ...]
+
+
+def child_env(extra: Mapping[str, str]) -> dict[str, str]:
+    """This environment without any SVCPAY_* setting of the caller's, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SVCPAY_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    return {**env, **extra}
+
+
+def start_services(
+    stack: ExitStack, tmp: Path, rpc_url: str, world: World, children: list[Child]
+) -> Services:
+    step("Starting the services (separate processes)")
+    facilitator_key = save_keypair(world.facilitator, tmp / "facilitator.json")
+    server_key = save_keypair(world.server_authority, tmp / "resource-server.json")
+    say(f"keypairs (Solana CLI format) in {tmp}: {facilitator_key.name}, {server_key.name}")
+    database = f"sqlite:///{tmp / 'facilitator.db'}"
+    facilitator_env = child_env(
+        {
+            "SVCPAY_RPC_URL": rpc_url,
+            "SVCPAY_DATABASE_URL": database,
+            "SVCPAY_FACILITATOR_KEYPAIR": str(facilitator_key),
+            "SVCPAY_CRANK_INTERVAL_SECS": "1",
+            "SVCPAY_WEBHOOK_INTERVAL_SECS": "0.5",
+            "SVCPAY_INDEXER_INTERVAL_SECS": "0.5",
+        }
+    )
+    cli = [PYTHON, "-m", "svcpay.cli", "facilitator"]
+    create = [
+        "provider", "create", "demo-provider", "--plan", str(world.plan),
+        "--plan", str(world.metered_plan), "--pay-to", str(world.pay_to), "--json",
+    ]  # fmt: skip
+    say(f"$ svcpay facilitator {' '.join(create[:3])} --plan … --plan … --pay-to … --json")
+    created = json.loads(run_command("svcpay facilitator provider create", [*cli, *create],
+                                     facilitator_env))  # fmt: skip
+    api_key = str(created["apiKey"])
+    say(f"  provider {created['provider']}, API key {short(api_key, 12)} (database {database})")
+
+    say("$ svcpay facilitator serve --port 0")
+    facilitator = Child("facilitator", [*cli, "serve", "--port", "0"], facilitator_env, tmp)
+    children.append(facilitator)
+    stack.callback(facilitator.stop)
+    ready = facilitator.wait_ready("svcpay facilitator ready ")
+    facilitator_url = ready.split()[3]
+    say(f"  pid {facilitator.pid}: {ready}")
+
+    server_env = child_env(
+        {
+            "SVCPAY_RPC_URL": rpc_url,
+            "SVCPAY_FACILITATOR_URL": facilitator_url,
+            "SVCPAY_PAY_TO": str(world.pay_to),
+            "SVCPAY_MINT": str(world.mint),
+            "SVCPAY_SUBSCRIPTION_PLAN": str(world.plan),
+            "SVCPAY_METERED_PLAN": str(world.metered_plan),
+            "SVCPAY_BILLING_AUTHORITY": str(server_key),
+            "SVCPAY_STATE_DB": str(tmp / "resource-server.db"),
+        }
+    )
+    say("$ python -m svcpay.examples.resource_server --port 0")
+    server = Child(
+        "resource server",
+        [PYTHON, "-m", "svcpay.examples.resource_server", "--port", "0"],
+        server_env,
+        tmp,
+    )
+    children.append(server)
+    stack.callback(server.stop)  # stopped first: it flushes its metered usage to the chain
+    ready = server.wait_ready("svcpay resource server ready ")
+    say(f"  pid {server.pid}: {ready}")
+    return Services(facilitator_url, ready.split()[-1], api_key, (facilitator, server))
+
+
+# -- the walkthrough -------------------------------------------------------------------------
+class Walkthrough:
+    def __init__(
+        self,
+        chain: Chain,
+        world: World,
+        services: Services,
+        receiver: WebhookReceiver,
+        out_dir: Path,
+        began: int,
+    ) -> None:
+        self.chain, self.world, self.services = chain, world, services
+        self.receiver, self.out_dir, self.began = receiver, out_dir, began
+        self.rpc = AsyncClient(chain.url, commitment=Confirmed)
+        self.billing = BillingClient(self.rpc)
+        bearer = {"Authorization": f"Bearer {services.api_key}"}
+        self.api = httpx.AsyncClient(base_url=services.api_url, timeout=30, event_hooks=wire("api"))
+        self.facilitator = httpx.AsyncClient(
+            base_url=services.facilitator_url, timeout=60, event_hooks=wire("facilitator")
+        )
+        self.provider_api = httpx.AsyncClient(
+            base_url=services.facilitator_url,
+            headers=bearer,
+            timeout=30,
+            event_hooks=wire("facilitator"),
+        )
+        self.auth = PaymentAuth(
+            world.client, rpc=self.rpc, facilitator=self.facilitator, max_per_request=DATA_PRICE
+        )
+
+    async def aclose(self) -> None:
+        for http in (self.api, self.facilitator, self.provider_api):
+            await http.aclose()
+        await self.rpc.close()
+
+    async def run(self) -> None:
+        try:
+            await self.register_webhooks()
+            await self.one_time()
+            sub = await self.subscription()
+            await self.renewal(sub)
+            await self.metered()
+            await self.webhook_summary()
+            await self.analytics()
+        finally:
+            await self.aclose()
+
+    # -- helpers ---------------------------------------------------------------------------
+    def check_children(self) -> None:
+        for child in self.services.children:
+            child.check_running()
+
+    def balances(self) -> Balances:
+        w, chain = self.world, self.chain
+        return Balances(
+            client_usdc=token_balance(chain, w.client.pubkey(), w.mint),
+            client_sol=chain_balance(chain, w.client.pubkey()),
+            provider_usdc=int(chain.token_state(w.pay_to)["amount"]),
+            facilitator_sol=chain_balance(chain, w.facilitator.pubkey()),
+        )
+
+    def show_balances(self, before: Balances, after: Balances) -> None:
+        say("on chain:")
+        rows = [
+            ("client", usdc(before.client_usdc), usdc(after.client_usdc), ""),
+            ("provider (payTo)", usdc(before.provider_usdc), usdc(after.provider_usdc), ""),
+        ]
+        for who, lamports_was, lamports_now in (
+            ("client", before.client_sol, after.client_sol),
+            ("facilitator", before.facilitator_sol, after.facilitator_sol),
+        ):
+            change = lamports_now - lamports_was
+            if change or (who == "client" and lamports_was == 0):
+                note = f"  ({change:+,} lamports)" if change else "  (it needs none)"
+                rows.append((who, sol(lamports_was), sol(lamports_now), note))
+        for who, was, now, note in rows:
+            say(f"  {who:<17} {was:>16} → {now}{note}")
+
+    async def subscription_state(self, sub_id: Pubkey) -> Subscription:
+        sub = await self.billing.fetch_subscription(sub_id)
+        expect(sub is not None, f"subscription {sub_id} is not on chain")
+        assert sub is not None
+        return sub
+
+    def show_subscription(self, sub: Subscription, label: str = "subscription") -> None:
+        say(
+            f"{label}: {status_name(sub)}, period {when(sub.current_period_start)} → "
+            f"{when(sub.current_period_end)}, cycles billed {sub.cycles_billed}, "
+            f"paid {usdc(sub.total_paid)}"
+        )
+
+    async def webhooks(self, expected: list[str], timeout: float = 15.0) -> None:
+        """Waits (bounded) for the `expected` webhook types, then prints what arrived."""
+        arrived = await asyncio.to_thread(self.receiver.wait_for, expected, timeout)
+        for event in self.receiver.new_events():
+            amount = event["data"].get("amount")
+            extra = f", amount {usdc(int(amount))}" if amount is not None else ""
+            say(f"⇠ webhook {event['type']} ({event['id']}{extra}): signature verified")
+        missing = sorted(set(expected) - set(self.receiver.types()))
+        expect(arrived, f"no {', '.join(missing)} webhook arrived within {timeout:.0f} s")
+
+    async def poll(self, done: Callable[[], Awaitable[bool]], timeout: float, what: str) -> float:
+        began = time.monotonic()
+        while not await done():
+            self.check_children()
+            if time.monotonic() - began > timeout:
+                raise DemoFailed(f"{what} did not happen within {timeout:.0f} s")
+            await asyncio.sleep(0.2)
+        return time.monotonic() - began
+
+    # -- the steps -----------------------------------------------------------------------------
+    async def register_webhooks(self) -> None:
+        say(f"webhook receiver (in this process): {self.receiver.url}")
+        reply = await self.provider_api.post("/v1/webhooks", json={"url": self.receiver.url})
+        expect(reply.status_code == 201, f"POST /v1/webhooks answered {reply.status_code}")
+        endpoint = reply.json()
+        self.receiver.secret = endpoint["secret"]
+        say(
+            f"  endpoint {endpoint['id']}, events {endpoint.get('eventTypes', ['*'])}, "
+            f"signing secret {short(endpoint['secret'], 10)}"
+        )
+
+    async def one_time(self) -> None:
+        step(f"1. One-time payment: GET /v1/data, {usdc(DATA_PRICE)} per request (X-PAYMENT)")
+        unpaid = await self.api.get("/v1/data")
+        expect(unpaid.status_code == 402, f"unpaid GET /v1/data answered {unpaid.status_code}")
+        say("the 402 body (payment terms):")
+        show_json(unpaid.json())
+        before = self.balances()
+        say("the client pays (PaymentAuth): it signs a TransferChecked + memo as token owner,")
+        say("leaving the fee payer's signature to the facilitator, which co-signs, sends,")
+        say("waits for confirmation and answers a signed proof; then the client retries:")
+        paid = await self.api.get("/v1/data", auth=self.auth)
+        expect(
+            paid.status_code == 200,
+            f"the paid GET /v1/data answered {paid.status_code}: {paid.text[:300]}",
+        )
+        header = paid.request.headers[X_PAYMENT]
+        say(f"X-PAYMENT ({len(header)} base64 characters) decoded, the facilitator's proof:")
+        show_json(json.loads(base64.b64decode(header)))
+        say("the 200 body:")
+        show_json(paid.json())
+        self.show_balances(before, self.balances())
+        say("the same proof again (a replay):")
+        replay = await self.api.get("/v1/data", headers={X_PAYMENT: header})
+        refusal = replay.json()
+        say(f"  {replay.status_code} {refusal.get('error')}: {refusal.get('message')}")
+        expect(
+            replay.status_code == 402 and refusal.get("error") == "InvalidPaymentProof",
+            f"the replayed proof was not refused: {replay.status_code} {replay.text[:200]}",
+        )
+        await self.webhooks(["payment.settled"])
+
+    async def subscription(self) -> Pubkey:
+        w = self.world
+        step(f"2. Subscription: GET /v1/resource ({usdc(SUBSCRIPTION_PRICE)} every 30 days)")
+        unpaid = await self.api.get("/v1/resource")
+        expect(unpaid.status_code == 402, f"unpaid GET /v1/resource: {unpaid.status_code}")
+        option = unpaid.json()["accepts"][0]
+        say("402 without X-Svc-Sub; the option it lists:")
+        show_json(option)
+        expect(option.get("svc", {}).get("planId") == str(w.plan), "the 402 names another plan")
+        self.chain.send_ok(
+            [transfer(TransferParams(from_pubkey=self.chain.payer.pubkey(),
+                                     to_pubkey=w.client.pubkey(), lamports=CLIENT_SOL))],
+            [self.chain.payer],
+        )  # fmt: skip
+        say(f"the client gets {sol(CLIENT_SOL)}: subscribing is its own transaction (fee, rent)")
+        before = self.balances()
+        sub_id = await self.billing.subscribe(w.plan, w.client)
+        say(f"BillingClient.subscribe(planId) on chain → subscription id {sub_id}")
+        sub = await self.subscription_state(sub_id)
+        self.show_subscription(sub)
+        expect(status_name(sub) == "Active" and sub.cycles_billed == 1, "not subscribed")
+        self.show_balances(before, self.balances())
+        served = await self.api.get("/v1/resource", headers={X_SVC_SUB: str(sub_id)})
+        expect(served.status_code == 200, f"GET /v1/resource with X-Svc-Sub: {served.text}")
+        show_json(served.json())
+        await self.webhooks(["subscription.created"])
+        return sub_id
+
+    async def renewal(self, sub_id: Pubkey) -> None:
+        step("3. 30 days later: the facilitator's crank renews the subscription")
+        sub = await self.subscription_state(sub_id)
+        before = self.balances()
+        was = self.chain.unix_timestamp()
+        self.chain.advance_to(sub.current_period_end)
+        say(
+            f"validator clock {when(was)} → {when(self.chain.unix_timestamp())} "
+            "(surfnet_timeTravel): the period has ended"
+        )
+        say("waiting for the crank (it runs every second in the facilitator process) …")
+
+        async def renewed() -> bool:
+            now = await self.subscription_state(sub_id)
+            return now.cycles_billed > sub.cycles_billed
+
+        took = await self.poll(renewed, 30, "the renewal")
+        after = await self.subscription_state(sub_id)
+        say(f"renewed on chain after {took:.1f} s:")
+        self.show_subscription(sub, "  before")
+        self.show_subscription(after, "  after ")
+        charged = after.total_paid - sub.total_paid
+        say(f"charged {usdc(charged)} for the period ending {when(after.current_period_end)}")
+        expect(charged == SUBSCRIPTION_PRICE, f"the renewal charged {usdc(charged)}")
+        self.show_balances(before, self.balances())
+        served = await self.api.get("/v1/resource", headers={X_SVC_SUB: str(sub_id)})
+        expect(served.status_code == 200, f"GET /v1/resource after renewal: {served.text}")
+        await self.webhooks(["subscription.renewed"])
+
+    async def metered(self) -> None:
+        w = self.world
+        step(f"4. Metered: POST /v1/process, {usdc(PROCESS_PRICE)} per call from an allowance")
+        sub_id = await self.billing.subscribe(w.metered_plan, w.client, max_overage=MAX_OVERAGE)
+        say(
+            f"the client subscribes to plan {w.metered_plan} with maxOverage "
+            f"{usdc(MAX_OVERAGE)} → subscription {sub_id}"
+        )
+        await self.show_allowance(sub_id)
+        before = self.balances()
+        exhausted_at = 0.0
+        for call in range(1, 11):
+            reply = await self.api.post(
+                "/v1/process",
+                headers={X_SVC_SUB: str(sub_id)},
+                json={"text": f"document number {call} to analyze"},
+            )
+            if reply.status_code == 402:
+                body = reply.json()
+                say(f"  call {call}: 402 {body.get('error')}: {body.get('message')}")
+                expect(body.get("error") == "AllowanceExhausted", f"unexpected 402: {body}")
+                exhausted_at = time.monotonic()
+                break
+            expect(reply.status_code == 200, f"POST /v1/process: {reply.status_code}")
+            say(f"  call {call}: {json.dumps(reply.json())}")
+        expect(exhausted_at > 0, "the allowance was never exhausted")
+        cap = await self.billing.increase_allowance(sub_id, RAISE_BY, w.client)
+        say(f"the client raises its cap by {usdc(RAISE_BY)} on chain: {self.units(cap)}")
+        await self.show_allowance(sub_id)
+        # The gate reads the new cap once its cached view of the subscription lapses.
+        await asyncio.sleep(max(0.0, exhausted_at + GATE_CACHE_SECS + 0.1 - time.monotonic()))
+        for _ in range(10):
+            reply = await self.api.post(
+                "/v1/process",
+                headers={X_SVC_SUB: str(sub_id)},
+                json={"text": "one more document after raising the cap"},
+            )
+            if reply.status_code != 402:
+                break
+            await asyncio.sleep(0.5)
+        expect(reply.status_code == 200, f"not served after raising the cap: {reply.text}")
+        say(f"  served again: {json.dumps(reply.json())}")
+        served = MAX_OVERAGE // PROCESS_PRICE + 1
+        say("the resource server deducts usage in batches (every 5 s); waiting for the chain …")
+
+        async def deducted() -> bool:
+            allowance = await self.billing.fetch_allowance(sub_id)
+            return allowance is not None and allowance.used >= served * PROCESS_PRICE
+
+        took = await self.poll(deducted, 30, "the metered deduction")
+        say(f"deducted after {took:.1f} s:")
+        await self.show_allowance(sub_id)
+        self.show_balances(before, self.balances())
+        await self.webhooks(["allowance.deducted", "allowance.raised"])
+
+    async def show_allowance(self, sub_id: Pubkey) -> None:
+        allowance = await self.billing.fetch_allowance(sub_id)
+        expect(allowance is not None, f"subscription {sub_id} has no allowance")
+        assert allowance is not None
+        say(f"  allowance on chain: used {usdc(allowance.used)} of cap {usdc(allowance.cap)}")
+
+    def units(self, receipt: Receipt) -> str:
+        return f"{receipt.compute_units:,} compute units"
+
+    async def webhook_summary(self) -> None:
+        step("5. Webhooks received (every Svcpay-Signature verified, deduplicated by id)")
+        r = self.receiver
+        expected = ["payment.settled", "subscription.created", "subscription.renewed"]
+        expect(r.wait_for(expected, 0), f"webhooks missing: {expected} vs {r.types()}")
+        units: dict[str, int | None] = {}
+        say(f"{'event':<22} {'id':<28} {'transaction':<14} {'compute units':>13}")
+        for event in r.snapshot():
+            sig = event["data"].get("transaction")
+            cu: int | None = None
+            if isinstance(sig, str):
+                if sig not in units:
+                    units[sig] = self.compute_units(sig)
+                cu = units[sig]
+            shown = f"{sig[:10]}…" if isinstance(sig, str) else "-"
+            say(f"{event['type']:<22} {event['id']:<28} {shown:<14} {f'{cu:,}' if cu else '-':>13}")
+        say(
+            f"{r.deliveries} deliveries, {len(r.events)} distinct events, "
+            f"{r.duplicates} duplicates ignored, {r.refused} refused signatures"
+        )
+
+    def compute_units(self, signature: str) -> int | None:
+        tx = self.chain.rpc(
+            "getTransaction",
+            signature,
+            {"encoding": "json", "commitment": "confirmed", "maxSupportedTransactionVersion": 0},
+        )
+        meta = (tx or {}).get("meta") or {}
+        value = meta.get("computeUnitsConsumed")
+        return int(value) if isinstance(value, int) else None
+
+    async def analytics(self) -> None:
+        step("6. Analytics (the facilitator's provider API)")
+        # The chain's clock is 30 days ahead of this machine's: cover both.
+        start = min(self.began, self.chain.unix_timestamp())
+        end = max(int(time.time()), self.chain.unix_timestamp()) + 1
+        params = {"from": str(start - start % DAY), "to": str(end - end % DAY + DAY)}
+        reply = await self.provider_api.get("/v1/analytics", params=params)
+        expect(reply.status_code == 200, f"GET /v1/analytics: {reply.status_code} {reply.text}")
+        data = reply.json()
+        totals = data["totals"]
+        say(
+            f"volume {usdc(int(totals['volume']))} in {totals['payments']} payments, "
+            f"{data['from']} to {data['to']}:"
+        )
+        for mode, figures in totals["byMode"].items():
+            say(f"  {mode:<13} {usdc(int(figures['volume'])):>12}  ({figures['payments']})")
+        subs = data["subscriptions"]
+        say(
+            f"subscriptions: {subs['active']} active, {subs['new']} new, "
+            f"{subs['churned']} churned; recurring revenue "
+            f"{usdc(int(data['recurringRevenue']['monthly']))} per 30 days"
+        )
+        chart = await self.provider_api.get("/v1/analytics/chart.png", params=params)
+        expect(
+            chart.status_code == 200 and chart.content.startswith(b"\x89PNG\r\n\x1a\n"),
+            f"GET /v1/analytics/chart.png: {chart.status_code}",
+        )
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        path = self.out_dir / "analytics.png"
+        path.write_bytes(chart.content)
+        say(f"chart: {path} ({len(chart.content):,} bytes, PNG)")
+
+
+# -- running it --------------------------------------------------------------------------------
+@contextmanager
+def environment(**values: str) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class Demo:
+    """One run. `children`, `validator_url` and `tmp` stay readable afterwards (tests check
+    that nothing is left behind)."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = out_dir
+        self.children: list[Child] = []
+        self.validator_url: str | None = None
+        self.tmp: Path | None = None
+
+    def run(self, stack: ExitStack) -> None:
+        began = time.monotonic()
+        print("svcpay demo: the product as separate processes, a paying client, the spec's flows")
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="svcpay-demo-")))
+        self.tmp = tmp
+        with environment(SVCPAY_LOCALNET="drop-in"):  # the validator that can travel in time
+            node = stack.enter_context(localnet())
+        self.validator_url = node.url
+        expect(node.can_time_travel, f"the {node.kind} validator cannot move its clock")
+        say(f"local validator ({node.kind}) at {node.url}")
+        chain = Chain(node.url, node.can_time_travel)
+        wall_start = min(int(time.time()), chain.unix_timestamp())
+        world = set_up_chain(chain)
+        services = start_services(stack, tmp, node.url, world, self.children)
+        receiver = WebhookReceiver().start()
+        stack.callback(receiver.close)
+        walk = Walkthrough(chain, world, services, receiver, self.out_dir, wall_start)
+        asyncio.run(walk.run())
+        step(f"Done in {time.monotonic() - began:.1f} s")
+        say("stopping the resource server, the facilitator and the validator")
+
+    def failed(self, message: str, child: Child | None) -> None:
+        print(f"\ndemo failed: {message}", file=sys.stderr)
+        exited = [c for c in self.children if c.proc.poll() is not None]
+        for c in [child] if child else exited or self.children:
+            tail = c.stderr_tail()
+            if tail:
+                print(f"--- the {c.name}'s stderr (last lines):", file=sys.stderr)
+                print(tail, file=sys.stderr)
+
+
+@contextmanager
+def signals_for_cleanup() -> Iterator[None]:
+    """While the demo runs, SIGTERM interrupts it as Ctrl-C does (so its `finally` stops the
+    children); while it cleans up, further Ctrl-Cs are ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def uninterrupted() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
+
+
+def run(out_dir: Path = DEFAULT_OUT, demo: Demo | None = None) -> int:
+    """Runs the walkthrough (`demo`, or a new one writing to `out_dir`): 0 when every step
+    did what it should, 1 (the reason and the failing process's stderr on stderr) when one
+    did not, 130 when interrupted."""
+    demo = demo or Demo(out_dir)
+    stack = ExitStack()
+    code = 1
+    with signals_for_cleanup():
+        try:
+            demo.run(stack)
+            code = 0
+        except DemoFailed as e:
+            demo.failed(str(e), e.child)
+        except (ProgramBinaryMissing, LocalnetError) as e:
+            demo.failed(str(e), None)
+        except KeyboardInterrupt:
+            print("\ndemo interrupted", file=sys.stderr)
+            code = 130
+        except Exception as e:
+            demo.failed(f"{type(e).__name__}: {e}\n{traceback.format_exc()}", None)
+        finally:
+            with uninterrupted():
+                stack.close()
+    if code == 0:
+        say("all stopped; temporary files removed")
+    return code

@@ -15,8 +15,15 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from svcpay.client import InsufficientFunds, PaymentAuth, SpendingLimitExceeded, build_payment
+from svcpay.client import (
+    InsufficientFunds,
+    InvalidPaymentProof,
+    PaymentAuth,
+    SpendingLimitExceeded,
+    build_payment,
+)
 from svcpay.gate import OneTime, payment_gate
 from svcpay.gate.pricing import Terms
 from svcpay.localnet.process import Localnet
@@ -41,6 +48,7 @@ class World:
     wallet_token: object
     destination: object
     fee_payer: Keypair
+    gate: ASGIApp
 
     def auth(self, **limits: int) -> PaymentAuth:
         limits.setdefault("max_per_request", USDC)
@@ -74,7 +82,9 @@ async def world(validator: Localnet, chain: Chain) -> AsyncIterator[World]:
         httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://api") as api,
     ):
         rpc = facilitator.rpc
-        yield World(chain, rpc, facilitator.http, api, wallet, wallet_token, destination, fee_payer)
+        yield World(
+            chain, rpc, facilitator.http, api, wallet, wallet_token, destination, fee_payer, gate
+        )
 
 
 async def test_the_client_pays_once_and_is_served(world: World) -> None:
@@ -223,3 +233,44 @@ async def test_a_gate_verifying_through_the_facilitator_serves_the_payer(world: 
     ) as api:
         reply = await api.get("/v1/data", auth=world.auth())
     assert (reply.status_code, reply.json()) == (200, {"verified": "remotely"})
+
+
+def flaky(gate: ASGIApp, rejections: int) -> tuple[ASGIApp, list[int]]:
+    """`gate`, but the first `rejections` requests carrying a proof get 402
+    InvalidPaymentProof (as from a gate whose replay store was briefly unreachable)."""
+    seen: list[int] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and any(k == b"x-payment" for k, _ in scope["headers"]):
+            seen.append(1)
+            if len(seen) <= rejections:
+                body = {"version": "1", "accepts": [], "error": "InvalidPaymentProof",
+                        "message": "try again"}  # fmt: skip
+                await JSONResponse(body, 402)(scope, receive, send)
+                return
+        await gate(scope, receive, send)
+
+    return app, seen
+
+
+async def test_a_transiently_rejected_proof_is_retried_without_paying_again(
+    world: World,
+) -> None:
+    app, seen = flaky(world.gate, rejections=2)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://api"
+    ) as api:
+        reply = await api.get("/v1/data", auth=world.auth())
+    assert reply.status_code == 200 and len(seen) == 3  # two rejections, then served
+    assert world.chain.token_state(world.destination)["amount"] == PRICE  # type: ignore[arg-type]
+
+
+async def test_a_proof_rejected_every_time_raises_after_bounded_retries(world: World) -> None:
+    app, seen = flaky(world.gate, rejections=100)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://api"
+    ) as api:
+        with pytest.raises(InvalidPaymentProof, match="try again"):
+            await api.get("/v1/data", auth=world.auth())
+    assert len(seen) == 3  # the first try and two retries
+    assert world.chain.token_state(world.destination)["amount"] == PRICE  # type: ignore[arg-type]

@@ -10,10 +10,13 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 from solders.keypair import Keypair
 
 from svcpay.localnet.process import Localnet
+from svcpay.program import instructions, pda
 from tests.cli.conftest import Cli, keyfile
+from tests.support.billing import DAY, USDC, create_plan_ix
 from tests.support.chain import Chain
 
 
@@ -99,3 +102,34 @@ def test_serve_runs_the_api_until_interrupted(
         proc.send_signal(signal.SIGINT)
         proc.wait(20)
     assert proc.returncode == 0
+
+
+def test_crank_collects_the_registered_plans_due_subscriptions(
+    cli: Cli, chain: Chain, tmp_path: Path
+) -> None:
+    if not chain.can_time_travel:
+        pytest.skip("needs the drop-in validator's time travel")
+    facilitator, provider = chain.funded_keypair(), chain.funded_keypair()
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    ix = create_plan_ix(
+        provider.pubkey(), 5, mint, destination, facilitator.pubkey(), USDC, 30 * DAY
+    )
+    chain.send_ok([ix], [provider])
+    plan = pda.plan_address(provider.pubkey(), 5)
+    for _ in range(3):
+        kp = chain.funded_keypair()
+        wallet = chain.token_account(kp.pubkey(), mint, 2 * USDC)
+        chain.send_ok([instructions.subscribe(plan, kp.pubkey(), wallet, mint, destination)], [kp])
+    db = f"sqlite:///{tmp_path / 'f.db'}"
+    cli.ok("facilitator", "provider", "create", "acme", "--plan", str(plan), "--database", db)
+    chain.advance_to(chain.unix_timestamp() + 30 * DAY)
+
+    run = cli("facilitator", "crank", "--database", db, "--json",
+              "--keypair", keyfile(tmp_path, facilitator))  # fmt: skip
+
+    assert run.code == 0, run.err
+    assert (run.json["due"], run.json["renewed"]) == (3, 3)
+    assert run.json["collected"] == str(3 * USDC)
+    assert "billing run: 3/3 due subscriptions handled" in run.err  # progress
+    assert int(chain.token_state(destination)["amount"]) == 6 * USDC

@@ -298,3 +298,43 @@ async def test_webhooks_reach_a_receiver_that_fails_at_first(
     )
     [row] = deliveries.json()["deliveries"]
     assert (row["status"], row["attempts"]) == ("delivered", 3)
+
+
+async def test_two_instances_crank_together_without_double_work(
+    shop: Shop, chain: Chain, database_url: str
+) -> None:
+    if not chain.can_time_travel:
+        pytest.skip("needs the drop-in validator's time travel")
+    service, billing = shop.fac.service, shop.fac.service.billing
+    plan = await billing.create_plan(
+        shop.provider, plan_id=9, mint=shop.mint, destination=shop.destination,
+        billing_authority=service.keypair.pubkey(), amount=USDC, period_secs=30 * DAY,
+        grace_secs=DAY,
+    )  # fmt: skip
+    await service.store.add_resource(shop.provider_id, "plan", str(plan))
+    subs = []
+    for _ in range(12):
+        kp = chain.funded_keypair()
+        chain.token_account(kp.pubkey(), shop.mint, 2 * USDC)
+        subs.append(await billing.subscribe(plan, kp))
+    other = Facilitator(
+        FacilitatorConfig(
+            keypair=service.keypair,
+            rpc_url=service.config.rpc_url,
+            database_url=database_url,
+            instance="second",
+        )
+    )
+    try:
+        chain.advance_to(chain.unix_timestamp() + 30 * DAY)
+        one, two = await asyncio.gather(service.crank_once(), other.crank_once())
+    finally:
+        await other.aclose()
+    assert one.renewed + two.renewed == 12  # each subscription renewed exactly once
+    # whatever one instance saw due and did not renew, it left to the other's lease
+    assert one.skipped + two.skipped == one.due + two.due - 12
+    assert chain.token_state(shop.destination)["amount"] == 24 * USDC
+    renewed = [
+        e for e in await service.store.events(shop.provider_id) if e.type == "subscription.renewed"
+    ]
+    assert len(renewed) == 12

@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -187,6 +188,7 @@ def provider_add(args: argparse.Namespace) -> int:
 
 
 def crank_cmd(args: argparse.Namespace) -> int:
+    from svcpay.facilitator import crank
     from svcpay.facilitator.service import Facilitator
 
     cfg = config(args)
@@ -195,7 +197,20 @@ def crank_cmd(args: argparse.Namespace) -> int:
         service = Facilitator(cfg)
         try:
             began = time.monotonic()
-            summary = await service.crank_once()
+
+            def progress(done: crank.CrankSummary) -> None:
+                handled = done.renewed + done.renewal_failed + done.ended + done.skipped
+                print(
+                    f"\rbilling run: {handled}/{done.due} due subscriptions handled, "
+                    f"{done.transactions} transactions",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+            summary = await service.crank_once(progress=progress)
+            if summary.transactions:
+                print(file=sys.stderr)
             return {**summary.to_json_dict(), "seconds": round(time.monotonic() - began, 2)}
         finally:
             await service.aclose()

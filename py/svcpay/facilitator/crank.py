@@ -114,6 +114,7 @@ async def run_once(
         now = await client.chain_time() if now is None else now
         due = [d for p in plan for d in await client.due_subscriptions(p, now)]
     summary.due = len(due)
+    clock = now if now is not None else await client.chain_time()  # the events' time
     run_id = await store.start_run(instance) if store else None
     if store is not None:
         held = set(
@@ -128,7 +129,7 @@ async def run_once(
         receipt = await client.send([ix for _, ix in group], [payer])
         summary.absorb(receipt)
         if store is not None:
-            await record_receipt(store, receipt, at=await client.chain_time())
+            await record_receipt(store, receipt, at=clock)
             unpaid = {
                 str(e.data["subscription"]): e for e in receipt.events if e.name == "RenewalFailed"
             }
@@ -136,8 +137,7 @@ async def run_once(
                 if str(key) in unpaid:
                     reason = type(unpaid[str(key)].data.get("reason")).__name__
                     await backoff(key, f"RenewalFailed: {reason}", past_due_retry_secs, 86_400)
-                else:
-                    await store.release_subscription(str(key))
+            await store.release_subscriptions([str(k) for k, _ in group if str(k) not in unpaid])
 
     async def backoff(key: Pubkey, error: str, first: int, most: int) -> None:
         assert store is not None

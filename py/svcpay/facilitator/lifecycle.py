@@ -157,11 +157,15 @@ async def record_receipt(
     (the indexer finds them too; their chain keys make that second copy a no-op). `at` is
     the cluster's clock (what the indexer records as the block time); default: now."""
     at = int(time.time()) if at is None else at
-    for index, event in enumerate(receipt.events):
-        for ev in from_program_event(
-            event.name, event.data, signature=receipt.signature, index=index, at=at, plan=plan
-        ):
-            await store.add_event(ev)
+    await store.add_events(
+        [
+            ev
+            for index, event in enumerate(receipt.events)
+            for ev in from_program_event(
+                event.name, event.data, signature=receipt.signature, index=index, at=at, plan=plan
+            )
+        ]
+    )
 
 
 INDEXER_CURSOR = "indexer:svc_billing"

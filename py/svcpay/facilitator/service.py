@@ -65,8 +65,11 @@ class Facilitator:
         if finished:
             log.info("recovered %d settlements interrupted by a restart", finished)
 
-    async def crank_once(self) -> crank.CrankSummary:
-        """One billing run over the plans registered with this facilitator."""
+    async def crank_once(
+        self, progress: Callable[[crank.CrankSummary], None] | None = None
+    ) -> crank.CrankSummary:
+        """One billing run over the plans registered with this facilitator; `progress` is
+        called after each transaction."""
         plans = [Pubkey.from_string(p) for p in await self.store.plans()]
         summary = await crank.run_once(
             self.billing,
@@ -75,6 +78,7 @@ class Facilitator:
             store=self.store,
             instance=self.config.instance,
             past_due_retry_secs=self.past_due_retry_secs,
+            progress=progress,
         )
         if summary.due:
             log.info("billing run: %s", summary.to_json_dict())

@@ -292,6 +292,13 @@ class Store:
         async with self.engine.begin() as conn:
             return await self._add_event(conn, event)
 
+    async def add_events(self, batch: Sequence[Event]) -> int:
+        """`add_event` for several, in one transaction; returns how many were new."""
+        if not batch:
+            return 0
+        async with self.engine.begin() as conn:
+            return sum([await self._add_event(conn, e) for e in batch])
+
     async def _add_event(self, conn: AsyncConnection, event: Event) -> bool:
         provider_id, plan = event.provider_id, event.plan
         if plan is None and event.subscription is not None:  # e.g. AllowanceDeducted
@@ -645,6 +652,17 @@ class Store:
                 crank_leases.update()
                 .where(crank_leases.c.subscription == subscription)
                 .values(**values)
+            )
+
+    async def release_subscriptions(self, subscriptions: Sequence[str]) -> None:
+        """Ends the leases of subscriptions handled successfully, in one statement."""
+        if not subscriptions:
+            return
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                crank_leases.update()
+                .where(crank_leases.c.subscription.in_(list(subscriptions)))
+                .values(lease_until=0, next_attempt_at=0, attempts=0, last_error=None)
             )
 
     async def lease(self, subscription: str) -> dict[str, Any] | None:

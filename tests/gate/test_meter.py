@@ -172,3 +172,39 @@ async def test_the_gate_counts_pending_usage_against_the_cap(
     assert codes == [200, 200, 402]  # the cap holds before anything is deducted on chain
     await meter.close()
     assert await used(client, sub_id) == USDC
+
+
+async def test_concurrent_requests_cannot_together_pass_the_cap(
+    chain: Chain, client: BillingClient, tmp_path: Path
+) -> None:
+    sub_id, authority, plan, destination = await metered_subscription(chain, client, cap=USDC)
+    meter = BatchingMeter(client, authority, tmp_path / "meter.db", max_batch=100)
+    release = asyncio.Event()
+
+    async def slow(request: Request) -> JSONResponse:
+        await release.wait()  # every request is admitted before any is recorded
+        return JSONResponse({"ok": True})
+
+    gate = payment_gate(
+        Starlette(routes=[Route("/v1/process", slow, methods=["POST"])]),
+        pricing={"/v1/process": [Subscription(plan, USDC, 30 * DAY, metered=USDC // 4)]},
+        terms=Terms(pay_to=destination, token=str(Keypair().pubkey())),
+        memos=Memos(b"meter-memo-secret-0123456789"),
+        trusted_facilitators=set(),
+        replay=MemoryReplayStore(),
+        subscriptions=ChainSubscriptions(client, ttl=60),
+        meter=meter,
+    )
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=gate), base_url="http://api"
+    ) as api:
+        calls = [
+            asyncio.create_task(api.post("/v1/process", headers={"X-Svc-Sub": sub_id}))
+            for _ in range(6)
+        ]
+        await asyncio.sleep(0.5)
+        release.set()
+        codes = sorted(r.status_code for r in await asyncio.gather(*calls))
+    assert codes == [200] * 4 + [402] * 2  # four quarters fit the cap, two do not
+    await meter.close()
+    assert await used(client, sub_id) == USDC

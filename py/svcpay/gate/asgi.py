@@ -94,6 +94,7 @@ class PaymentGate:
         self.subscriptions, self.meter = subscriptions, meter
         self._options: dict[OneTime, PaymentOption] = {}
         self.remote = remote
+        self._inflight: dict[str, int] = {}  # metered usage of requests being served
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -206,22 +207,36 @@ class PaymentGate:
                 f"the subscription is {view.status}; renew or resubscribe",
             )
             return
-        pending = self.meter.pending(sub_id) if entry.metered and self.meter else 0
-        remaining = None if view.allowance_remaining is None else view.allowance_remaining - pending
-        if entry.metered and (remaining is None or remaining < entry.metered):
+        if not entry.metered:
+            await self._run(scope, receive, send)
+            return
+        assert self.meter is not None
+        # Usage counts against the allowance from the moment the request is admitted (no
+        # await between this check and the reservation), so concurrent requests cannot
+        # together pass the cap; the reservation ends once the meter holds the usage.
+        used = self.meter.pending(sub_id) + self._inflight.get(sub_id, 0)
+        remaining = None if view.allowance_remaining is None else view.allowance_remaining - used
+        if remaining is None or remaining < entry.metered:
             message = (
                 "the metered allowance is used up: raise the overage limit or upgrade the plan"
             )
             await self._payment_required(send, resource, pricing, "AllowanceExhausted", message)
             return
-        status = await self._run(scope, receive, send)
-        if entry.metered and status is not None and 200 <= status < 300:
-            assert self.meter is not None
-            self.subscriptions.invalidate(sub_id)
-            try:
-                await self.meter.record(sub_id, entry.metered)
-            except Exception:  # the response is already sent; the meter keeps and retries usage
-                log.exception("recording metered usage for %s failed", sub_id)
+        self._inflight[sub_id] = self._inflight.get(sub_id, 0) + entry.metered
+        try:
+            status = await self._run(scope, receive, send)
+            if status is not None and 200 <= status < 300:
+                self.subscriptions.invalidate(sub_id)
+                try:
+                    await self.meter.record(sub_id, entry.metered)
+                except Exception:  # the response is sent; the meter keeps and retries usage
+                    log.exception("recording metered usage for %s failed", sub_id)
+        finally:
+            left = self._inflight[sub_id] - entry.metered
+            if left:
+                self._inflight[sub_id] = left
+            else:
+                del self._inflight[sub_id]
 
     def _one_time_option(self, entry: OneTime) -> PaymentOption:
         """The terms a proof for `entry` must meet (validated once; the memo is checked

@@ -155,7 +155,10 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
         )
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        """200 when the database answers; 503 (for load balancers) when it does not."""
+        if await store.ping():
+            return JSONResponse({"status": "ok", "database": "ok"})
+        return JSONResponse({"status": "degraded", "database": "unreachable"}, status_code=503)
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(schema())

@@ -324,6 +324,9 @@ def _analytics_report() -> Schema:
 
 
 def _public_paths() -> Schema:
+    health_body = obj(
+        {"status": {"type": "string"}, "database": {"type": "string"}}, ["status", "database"]
+    )
     authorize_body = obj(
         {
             "signedPayment": {
@@ -407,7 +410,10 @@ def _public_paths() -> Schema:
             "get": {
                 "operationId": "health",
                 "tags": ["meta"],
-                "responses": {"200": ok("alive", obj({"status": {"type": "string"}}, ["status"]))},
+                "responses": {
+                    "200": ok("alive, database reachable", health_body),
+                    "503": ok("the database is unreachable", health_body),
+                },
             }
         },
         "/openapi.json": {

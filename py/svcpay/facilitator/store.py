@@ -131,6 +131,15 @@ class Store:
     async def close(self) -> None:
         await self.engine.dispose()
 
+    async def ping(self) -> bool:
+        """Whether the database answers (for /health)."""
+        try:
+            async with self.engine.connect() as conn:
+                await conn.execute(sa.text("SELECT 1"))
+        except Exception:  # any failure to answer is "unreachable"
+            return False
+        return True
+
     def _insert(self, table: sa.Table) -> Any:
         return (postgresql.insert if self.dialect == "postgresql" else sqlite.insert)(table)
 

@@ -19,12 +19,28 @@ pytestmark = pytest.mark.anyio
 def test_migrations_build_exactly_the_declared_schema(database_url: str) -> None:
     db.migrate(database_url)
     db.migrate(database_url)  # idempotent
-    assert db.current_revision(database_url) == "0001"
+    assert db.current_revision(database_url) == "0002"
     engine = sa.create_engine(db.sync_url(database_url))
     with engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), db.metadata)
     engine.dispose()
     assert diff == []
+
+
+async def test_an_older_schema_upgrades_with_its_data(database_url: str) -> None:
+    db.migrate(database_url, "0001")
+    old = Store.open(database_url, migrate=False)
+    try:
+        provider = await old.create_provider("before the upgrade")
+    finally:
+        await old.close()
+    db.migrate(database_url)
+    assert db.current_revision(database_url) == "0002"
+    store = Store.open(database_url)
+    try:
+        assert (await store.provider(provider) or {}).get("name") == "before the upgrade"
+    finally:
+        await store.close()
 
 
 def test_bad_database_urls_are_refused_with_the_reason() -> None:

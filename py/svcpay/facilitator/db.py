@@ -86,6 +86,8 @@ events = sa.Table(
     sa.Column("amount", Amount),
     sa.Column("data", sa.Text, nullable=False),
     sa.Index("ix_events_created_at", "created_at"),
+    sa.Index("ix_events_subscription", "subscription"),  # migration 0002
+    sa.Index("ix_events_provider_seq", "provider_id", "seq"),  # migration 0002
 )
 
 webhook_endpoints = sa.Table(

@@ -299,78 +299,104 @@ class Store:
         """Records `event` and queues its webhook deliveries, atomically. False when a chain
         event with the same chain_key was recorded before (re-indexing is harmless)."""
         async with self.engine.begin() as conn:
-            return await self._add_event(conn, event)
+            return await self._add_events(conn, [event]) == 1
 
     async def add_events(self, batch: Sequence[Event]) -> int:
         """`add_event` for several, in one transaction; returns how many were new."""
         if not batch:
             return 0
         async with self.engine.begin() as conn:
-            return sum([await self._add_event(conn, e) for e in batch])
+            return await self._add_events(conn, batch)
 
     async def _add_event(self, conn: AsyncConnection, event: Event) -> bool:
-        provider_id, plan = event.provider_id, event.plan
-        if plan is None and event.subscription is not None:  # e.g. AllowanceDeducted
-            plan = await conn.scalar(
-                sa.select(events.c.plan)
-                .where((events.c.subscription == event.subscription) & events.c.plan.isnot(None))
-                .limit(1)
-            )
-        if provider_id is None:
-            for address in (plan, event.data.get("payTo")):
-                if isinstance(address, str):
-                    provider_id = await conn.scalar(
-                        sa.select(provider_resources.c.provider_id).where(
-                            provider_resources.c.address == address
-                        )
+        return await self._add_events(conn, [event]) == 1
+
+    async def _add_events(self, conn: AsyncConnection, batch: Sequence[Event]) -> int:
+        """Attributes each event to its plan and provider (cached across the batch), inserts
+        the new ones in one statement and their webhook deliveries in another."""
+        seen: dict[tuple[str, str], Any] = {}
+
+        async def lookup(kind: str, key: str, query: Any) -> Any:
+            if (kind, key) not in seen:
+                seen[kind, key] = await conn.scalar(query)
+            return seen[kind, key]
+
+        rows: list[dict[str, Any]] = []
+        for event in batch:
+            provider_id, plan = event.provider_id, event.plan
+            if plan is None and event.subscription is not None:  # e.g. AllowanceDeducted
+                plan = await lookup(
+                    "plan",
+                    event.subscription,
+                    sa.select(events.c.plan)
+                    .where(
+                        (events.c.subscription == event.subscription) & events.c.plan.isnot(None)
                     )
-                    if provider_id:
-                        break
+                    .limit(1),
+                )
+            if provider_id is None:
+                for address in (plan, event.data.get("payTo")):
+                    if isinstance(address, str):
+                        provider_id = await lookup(
+                            "owner",
+                            address,
+                            sa.select(provider_resources.c.provider_id).where(
+                                provider_resources.c.address == address
+                            ),
+                        )
+                        if provider_id:
+                            break
+            rows.append(
+                {
+                    "id": event.id,
+                    "type": event.type,
+                    "created_at": event.created_at,
+                    "source": event.source,
+                    "chain_key": event.chain_key,
+                    "provider_id": provider_id,
+                    "plan": plan,
+                    "subscription": event.subscription,
+                    "mode": event.mode,
+                    "amount": event.amount,
+                    "data": json.dumps(event.data, separators=(",", ":")),
+                }
+            )
+        # RETURNING names the rows actually inserted (rowcount is unreliable with RETURNING
+        # on PostgreSQL, and a conflicting chain_key inserts nothing).
         res = await conn.execute(
-            self._insert(events)
-            .values(
-                id=event.id,
-                type=event.type,
-                created_at=event.created_at,
-                source=event.source,
-                chain_key=event.chain_key,
-                provider_id=provider_id,
-                plan=plan,
-                subscription=event.subscription,
-                mode=event.mode,
-                amount=event.amount,
-                data=json.dumps(event.data, separators=(",", ":")),
-            )
-            .on_conflict_do_nothing()
-            .returning(events.c.seq)  # rowcount is unreliable with RETURNING on PostgreSQL
+            self._insert(events).values(rows).on_conflict_do_nothing().returning(events.c.id)
         )
-        if res.first() is None:
-            return False
-        if provider_id is None:
-            return True
-        endpoints = await conn.execute(
-            sa.select(webhook_endpoints.c.id, webhook_endpoints.c.event_types).where(
-                (webhook_endpoints.c.provider_id == provider_id)
-                & webhook_endpoints.c.disabled_at.is_(None)
-            )
-        )
+        new = {r.id for r in res}
         ts = now()
-        rows = [
-            {
-                "endpoint_id": e.id,
-                "event_id": event.id,
-                "status": "pending",
-                "attempts": 0,
-                "next_attempt_at": ts,
-                "locked_until": 0,
-                "created_at": ts,
-            }
-            for e in endpoints
-            if _wants(json.loads(e.event_types), event.type)
-        ]
-        if rows:
-            await conn.execute(webhook_deliveries.insert(), rows)
-        return True
+        deliveries = []
+        for row in rows:
+            provider_id = row["provider_id"]
+            if row["id"] not in new or provider_id is None:
+                continue
+            if ("endpoints", provider_id) not in seen:
+                found = await conn.execute(
+                    sa.select(webhook_endpoints.c.id, webhook_endpoints.c.event_types).where(
+                        (webhook_endpoints.c.provider_id == provider_id)
+                        & webhook_endpoints.c.disabled_at.is_(None)
+                    )
+                )
+                seen["endpoints", provider_id] = [(e.id, json.loads(e.event_types)) for e in found]
+            deliveries += [
+                {
+                    "endpoint_id": endpoint_id,
+                    "event_id": row["id"],
+                    "status": "pending",
+                    "attempts": 0,
+                    "next_attempt_at": ts,
+                    "locked_until": 0,
+                    "created_at": ts,
+                }
+                for endpoint_id, types in seen["endpoints", provider_id]
+                if _wants(types, row["type"])
+            ]
+        if deliveries:
+            await conn.execute(webhook_deliveries.insert(), deliveries)
+        return len(new)
 
     async def events(
         self, provider_id: str | None, *, after_seq: int = 0, limit: int = 100

@@ -62,7 +62,7 @@ def verify_webhook(
     candidates: list[str] = []
     for part in signature_header.split(","):
         key, _, value = part.strip().partition("=")
-        if key == "t" and value.isdigit() and len(value) < 12:
+        if key == "t" and value.isascii() and value.isdigit() and len(value) < 12:
             ts = int(value)
         elif key == "v1":
             candidates.append(value)

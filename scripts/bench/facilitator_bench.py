@@ -75,6 +75,7 @@ def start_facilitator(url: str, keyfile: Path, database: str) -> tuple[subproces
         "SVCPAY_DATABASE_URL": database,
         "SVCPAY_CRANK_INTERVAL_SECS": "0",
         "SVCPAY_INDEXER_INTERVAL_SECS": "0",
+        "SVCPAY_SETTLE_UNREGISTERED": "1",  # the benchmark's payTo is nobody's
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "svcpay.cli", "facilitator", "serve", "--port", str(free_port())],

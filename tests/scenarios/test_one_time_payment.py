@@ -11,6 +11,8 @@ import httpx
 import pytest
 from solana.rpc.async_api import AsyncClient
 from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+from solders.transaction import VersionedTransaction
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -24,6 +26,7 @@ from svcpay.client import (
     SpendingLimitExceeded,
     build_payment,
 )
+from svcpay.client.payer import MEMO_PROGRAM
 from svcpay.gate import OneTime, payment_gate
 from svcpay.gate.pricing import Terms
 from svcpay.localnet.process import Localnet
@@ -78,7 +81,7 @@ async def world(validator: Localnet, chain: Chain) -> AsyncIterator[World]:
         replay=MemoryReplayStore(),
     )
     async with (
-        in_process_facilitator(validator.url, fee_payer) as facilitator,
+        in_process_facilitator(validator.url, fee_payer, pay_to=[destination]) as facilitator,
         httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://api") as api,
     ):
         rpc = facilitator.rpc
@@ -274,3 +277,57 @@ async def test_a_proof_rejected_every_time_raises_after_bounded_retries(world: W
             await api.get("/v1/data", auth=world.auth())
     assert len(seen) == 3  # the first try and two retries
     assert world.chain.token_state(world.destination)["amount"] == PRICE  # type: ignore[arg-type]
+
+
+def resign(tx: bytes, owner: Keypair, ixs_edit: object, extra_signer: Keypair | None = None) -> str:
+    """`tx`'s instructions edited by `ixs_edit` (a function of the list), recompiled under the
+    same fee payer and blockhash and signed by the owner (and `extra_signer`): base64."""
+    from solders.instruction import AccountMeta, Instruction
+    from solders.message import MessageV0, to_bytes_versioned
+    from solders.signature import Signature
+
+    original = VersionedTransaction.from_bytes(tx).message
+    keys = list(original.account_keys)
+    ixs = [
+        Instruction(
+            keys[ix.program_id_index],
+            bytes(ix.data),
+            [
+                AccountMeta(keys[i], original.is_signer(i), original.is_maybe_writable(i))
+                for i in bytes(ix.accounts)
+            ],
+        )
+        for ix in original.instructions
+    ]
+    ixs = ixs_edit(ixs)  # type: ignore[operator]
+    if extra_signer is not None:  # a throwaway signer the facilitator would pay for
+        ixs.append(
+            Instruction(MEMO_PROGRAM, b"x", [AccountMeta(extra_signer.pubkey(), True, False)])
+        )
+    message = MessageV0.try_compile(keys[0], ixs, [], original.recent_blockhash)
+    signers = [owner] + ([extra_signer] if extra_signer else [])
+    sigs = [Signature.default()] + [k.sign_message(to_bytes_versioned(message)) for k in signers]
+    return base64.b64encode(bytes(VersionedTransaction.populate(message, sigs))).decode()
+
+
+async def test_the_facilitator_pays_fees_only_within_its_limits(world: World) -> None:
+    option = PaymentRequired.parse((await world.api.get("/v1/data")).content).accepts[0]
+    tx = await build_payment(world.rpc, world.wallet, option, world.fee_payer.pubkey())
+    terms = option.to_json_dict()
+
+    async def refused(signed: str, requirements: dict[str, object] = terms) -> tuple[int, str]:
+        reply = await world.facilitator.post(
+            "/authorize", json={"signedPayment": signed, "paymentRequirements": requirements}
+        )
+        return reply.status_code, f"{reply.json()['error']}: {reply.json()['message']}"
+
+    no_limit = resign(tx, world.wallet, lambda ixs: ixs[1:])
+    assert (await refused(no_limit))[1].startswith("InvalidTransaction: need exactly one SetComp")
+    extra = resign(tx, world.wallet, lambda ixs: ixs, extra_signer=Keypair())
+    assert (await refused(extra))[1].startswith("InvalidTransaction: exactly two signers")
+    nobody = world.chain.token_account(Keypair().pubkey(), Pubkey.from_string(option.token))
+    elsewhere = option.model_copy(update={"pay_to": str(nobody)})
+    unregistered = await build_payment(world.rpc, world.wallet, elsewhere, world.fee_payer.pubkey())
+    status, why = await refused(base64.b64encode(unregistered).decode(), elsewhere.to_json_dict())
+    assert status == 403 and why.startswith("UnknownPayTo")
+    assert world.chain.token_state(world.destination)["amount"] == 0  # type: ignore[arg-type]

@@ -4,7 +4,7 @@ no background loops), settling on the local validator, with its own SQLite datab
 from __future__ import annotations
 
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +43,11 @@ class InProcessFacilitator:
 
 @asynccontextmanager
 async def in_process_facilitator(
-    rpc_url: str, fee_payer: Keypair, network: str = NETWORK_MAINNET, database_url: str = ""
+    rpc_url: str,
+    fee_payer: Keypair,
+    network: str = NETWORK_MAINNET,
+    database_url: str = "",
+    pay_to: Sequence[object] = (),
 ) -> AsyncIterator[InProcessFacilitator]:
     """The service on `database_url` (default: SQLite in a temporary directory); tests drive
     its background work (service.crank_once(), service.deliverer.run_once(), ...)."""
@@ -53,8 +57,13 @@ async def in_process_facilitator(
             rpc_url=rpc_url,
             database_url=database_url or f"sqlite:///{Path(tmp) / 'facilitator.db'}",
             network=network,
+            webhook_allow_local=True,  # test receivers listen on loopback
         )
         service = Facilitator(config)
+        if pay_to:  # it settles only payments to registered payTo accounts
+            provider = await service.store.create_provider("test provider")
+            for account in pay_to:
+                await service.store.add_resource(provider, "payTo", str(account))
         app = create_app(service, background=False)
         http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=FACILITATOR_URL)
         try:

@@ -36,6 +36,7 @@ from svcpay.facilitator.openapi import WEBHOOK_URL, schema
 from svcpay.facilitator.service import Facilitator
 from svcpay.facilitator.settlement import SettlementError
 from svcpay.facilitator.usage import MAX_AMOUNT, UsageError
+from svcpay.facilitator.webhooks import check_endpoint_url
 from svcpay.protocol.headers import SCHEME_EXACT
 from svcpay.protocol.models import PaymentOption, ProtocolError
 from svcpay.protocol.proof import PaymentProof
@@ -201,6 +202,9 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
             raise BadRequest("url (http or https, at most 2000 characters) is required")
         if not re.fullmatch(WEBHOOK_URL, url):
             raise BadRequest("url must be an absolute http(s) URL (a host name or IPv4 address)")
+        refused = check_endpoint_url(url, allow_local=fac.config.webhook_allow_local)
+        if refused:
+            raise BadRequest(refused)
         types = body.get("eventTypes", ["*"])
         if (
             not isinstance(types, list)

@@ -13,6 +13,12 @@
     SVCPAY_PAST_DUE_RETRY_SECS       3600                              first retry of a
                                                                        failed renewal
     SVCPAY_INSTANCE                  host-pid                          name for leases
+    SVCPAY_SETTLE_UNREGISTERED       0                                 1: settle payments to
+                                                                       any payTo (pays fees
+                                                                       for anyone)
+    SVCPAY_WEBHOOK_ALLOW_LOCAL       0                                 1: webhooks may go to
+                                                                       http and private or
+                                                                       loopback addresses
 
 The keypair is the facilitator's identity: it pays settlement fees, signs proofs, and signs
 `deduct_allowance` for plans whose billing authority it is. It never comes from the
@@ -49,6 +55,8 @@ class FacilitatorConfig:
     webhook_interval_secs: float = 1.0
     indexer_interval_secs: float = 2.0
     past_due_retry_secs: int = 3600
+    settle_unregistered: bool = False
+    webhook_allow_local: bool = False
     instance: str = f"{socket.gethostname()}-{os.getpid()}"
 
     @classmethod
@@ -71,7 +79,18 @@ class FacilitatorConfig:
                 _number(e, "SVCPAY_PAST_DUE_RETRY_SECS", cls.past_due_retry_secs)
             ),
             instance=e.get("SVCPAY_INSTANCE", cls.instance),
+            settle_unregistered=_flag(e, "SVCPAY_SETTLE_UNREGISTERED"),
+            webhook_allow_local=_flag(e, "SVCPAY_WEBHOOK_ALLOW_LOCAL"),
         )
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no"):
+        return False
+    if raw in ("1", "true", "yes"):
+        return True
+    raise ConfigError(f"{name} must be 1 or 0, not {raw!r}")
 
 
 def _number(env: Mapping[str, str], name: str, default: float) -> float:

@@ -137,14 +137,18 @@ async def run_once(
                 if str(key) in unpaid:
                     reason = type(unpaid[str(key)].data.get("reason")).__name__
                     await backoff(key, f"RenewalFailed: {reason}", past_due_retry_secs, 86_400)
-            await store.release_subscriptions([str(k) for k, _ in group if str(k) not in unpaid])
+            await store.release_subscriptions(
+                [str(k) for k, _ in group if str(k) not in unpaid], instance
+            )
 
     async def backoff(key: Pubkey, error: str, first: int, most: int) -> None:
         assert store is not None
         lease = await store.lease(str(key))
         attempts = (lease or {}).get("attempts", 0) + 1
         delay = min(first * 2 ** (attempts - 1), most)
-        await store.release_subscription(str(key), error=error, retry_at=int(time.time()) + delay)
+        await store.release_subscription(
+            str(key), error=error, retry_at=int(time.time()) + delay, owner=instance
+        )
 
     async def failed(key: Pubkey, error: Exception) -> None:
         summary.skipped += 1

@@ -29,10 +29,9 @@ MAX_IDEMPOTENCY_KEY = 200
 # A webhook URL: http(s), optional user info, a host name or IPv4 address, optional port,
 # path, query and fragment; no spaces or control characters (spelled out: Python's \s and
 # JSON Schema's disagree on some). app.py accepts exactly these (re.fullmatch).
-WEBHOOK_URL = (
-    r"^[Hh][Tt][Tt][Pp][Ss]?://([^@/?#\[\]\x00-\x20\x7f]+@)?[A-Za-z0-9.-]+(:[0-9]{1,5})?"
-    r"([/?#][^\x00-\x20\x7f]*)?$"
-)
+# https, no credentials (http and private addresses only with SVCPAY_WEBHOOK_ALLOW_LOCAL,
+# which the server checks beyond this pattern).
+WEBHOOK_URL = r"^[Hh][Tt][Tt][Pp][Ss]?://[A-Za-z0-9.-]+(:[0-9]{1,5})?([/?#][^\x00-\x20\x7f]*)?$"
 
 
 def ref(name: str) -> Schema:
@@ -369,6 +368,10 @@ def _public_paths() -> Schema:
                         "BlockhashExpired (sign again)"
                     ),
                     "402": error("InsufficientFunds: the payer's token account lacks the amount"),
+                    "403": error(
+                        "UnknownPayTo: payTo is not a registered provider's account "
+                        "(the facilitator pays fees only for its providers' payments)"
+                    ),
                     "413": shared("RequestTooLarge"),
                     "422": error(
                         "SettlementFailed: the transaction failed in simulation or on chain"

@@ -25,10 +25,11 @@ from svcpay.facilitator.lifecycle import index_once
 from svcpay.facilitator.settlement import Settler
 from svcpay.facilitator.store import Store
 from svcpay.facilitator.usage import UsageReporter
-from svcpay.facilitator.webhooks import Deliverer
+from svcpay.facilitator.webhooks import Deliverer, host_of
 from svcpay.program.client import BillingClient
 
 log = logging.getLogger("svcpay.facilitator")
+RECOVERY_INTERVAL_SECS = 30.0
 
 
 class Facilitator:
@@ -44,16 +45,17 @@ class Facilitator:
             self.store,
             network=config.network,
             proof_ttl_secs=config.proof_ttl_secs,
+            settle_unregistered=config.settle_unregistered,
         )
         self.usage = UsageReporter(self.store, self.billing, self.keypair)
-        self.deliverer = Deliverer(self.store)
+        self.deliverer = Deliverer(self.store, allow_local=config.webhook_allow_local)
         self.past_due_retry_secs = config.past_due_retry_secs
         log.info(
-            "facilitator %s: key %s, database %s, rpc %s",
+            "facilitator %s: key %s, database %s, rpc host %s",
             config.instance,
             self.keypair.pubkey(),
             redacted(config.database_url),
-            config.rpc_url,
+            host_of(config.rpc_url),  # RPC URLs often carry an API key in the path or query
         )
 
     @property
@@ -61,9 +63,12 @@ class Facilitator:
         return str(self.keypair.pubkey())
 
     async def recover(self) -> None:
+        """Settlements and usage reports left unfinished (a crash, a timeout, a client or
+        provider that never came back) are completed from the chain's answer."""
         finished = await self.settler.recover()
-        if finished:
-            log.info("recovered %d settlements interrupted by a restart", finished)
+        handled = await self.usage.recover()
+        if finished or handled:
+            log.info("recovered %d settlements and %d usage reports", finished, handled)
 
     async def crank_once(
         self, progress: Callable[[crank.CrankSummary], None] | None = None
@@ -89,8 +94,8 @@ class Facilitator:
 
     async def run_background(self, stop: asyncio.Event) -> None:
         """The background loops; returns when `stop` is set."""
-        await self.recover()
         loops: list[tuple[str, float, Callable[[], Awaitable[object]]]] = [
+            ("recovery", RECOVERY_INTERVAL_SECS, self.recover),
             ("webhooks", self.config.webhook_interval_secs, self.deliverer.run_once),
             ("crank", self.config.crank_interval_secs, self.crank_once),
             ("indexer", self.config.indexer_interval_secs, self.index_once),

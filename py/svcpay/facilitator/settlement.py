@@ -37,9 +37,12 @@ TOKEN_PROGRAM = Pubkey.from_string("TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA"
 MEMO_PROGRAM = Pubkey.from_string("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr")
 COMPUTE_BUDGET = Pubkey.from_string("ComputeBudget111111111111111111111111111111")
 TRANSFER_CHECKED = 12
-MAX_COMPUTE_UNIT_LIMIT = 200_000
+# What a payment may cost the facilitator: one signature's fee (the client's signature is
+# the only other one) plus at most MAX_COMPUTE_UNIT_LIMIT * MAX_COMPUTE_UNIT_PRICE / 10^6
+# lamports of priority fee (50,000 lamports). The transfer and the memo need about 10,000.
+MAX_COMPUTE_UNIT_LIMIT = 50_000
+MAX_COMPUTE_UNIT_PRICE = 1_000_000  # micro-lamports per compute unit
 BLOCKHASH_LIFETIME_SECS = 120  # after this an unsent transaction can never land
-MAX_COMPUTE_UNIT_PRICE = 5_000_000  # micro-lamports per CU: caps what the client can make us pay
 
 
 class SettlementError(Exception):
@@ -65,9 +68,14 @@ class Settler:
         *,
         network: str,
         proof_ttl_secs: int = 300,
+        settle_unregistered: bool = False,
     ) -> None:
+        """Unless `settle_unregistered`, only payments to a payTo account a provider
+        registered are settled: the facilitator pays the fees, and would otherwise pay them
+        for anyone's transfers."""
         self.rpc, self.fee_payer, self.store, self.network = rpc, fee_payer, store, network
         self.proof_ttl_secs = proof_ttl_secs
+        self.settle_unregistered = settle_unregistered
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def authorize(self, signed_payment: bytes, option: PaymentOption) -> PaymentProof:
@@ -84,6 +92,13 @@ class Settler:
             raise SettlementError(
                 "InvalidTransaction", "the transaction names accounts or signatures it lacks"
             ) from e
+        if not self.settle_unregistered and await self.store.resource_owner(option.pay_to) is None:
+            raise SettlementError(
+                "UnknownPayTo",
+                f"payTo {option.pay_to} is not registered with this facilitator: its provider "
+                "registers it (`svcpay facilitator provider add PROVIDER --pay-to ...`)",
+                403,
+            )
         message_bytes = to_bytes_versioned(tx.message)
         signatures = list(tx.signatures)
         signatures[0] = self.fee_payer.sign_message(message_bytes)  # deterministic (ed25519)
@@ -113,8 +128,13 @@ class Settler:
                     if await self._landed(signatures[0]) is None:
                         await self._send(signed)
                 except SettlementError as e:
-                    if e.name != "SettlementPending":  # refused or failed: nothing was paid
-                        await self.store.forget_settlement(key)
+                    if e.name == "SettlementPending":
+                        raise
+                    # Another request or instance may have landed this very transaction
+                    # (ours then fails as a duplicate): look before forgetting it.
+                    if await self._landed_quietly(signatures[0]):
+                        return await self._finish(row)
+                    await self.store.forget_settlement(key)  # nothing was paid
                     raise
                 return await self._finish(row)
             finally:
@@ -139,6 +159,12 @@ class Settler:
             elif row["created_at"] < time.time() - BLOCKHASH_LIFETIME_SECS:
                 await self.store.forget_settlement(row["signature"])  # expired unsent
         return finished
+
+    async def _landed_quietly(self, sig: Signature) -> bool:
+        try:
+            return bool(await self._landed(sig))
+        except SettlementError:
+            return False
 
     async def _landed(self, sig: Signature) -> bool | None:
         """True if `sig` succeeded on chain, False if it failed, None if not seen."""
@@ -214,7 +240,16 @@ class Settler:
             raise SettlementError(
                 "InvalidTransaction", f"the fee payer must be the facilitator {me}"
             )
-        transfers, memos = [], []
+        if msg.header.num_required_signatures != 2:
+            raise SettlementError(
+                "InvalidTransaction",
+                "exactly two signers: the facilitator (fee payer) and the token authority",
+            )
+        if getattr(msg, "address_table_lookups", None):
+            raise SettlementError("InvalidTransaction", "address lookup tables are not allowed")
+        if int(option.amount) == 0:
+            raise SettlementError("InvalidRequest", "the amount must be positive")
+        transfers, memos, limits = [], [], 0
         for ix in msg.instructions:
             program = keys[ix.program_id_index]
             accounts = [keys[i] for i in bytes(ix.accounts)]
@@ -224,7 +259,7 @@ class Settler:
                 )
             data = bytes(ix.data)
             if program == COMPUTE_BUDGET:
-                _check_budget(data)
+                limits += _check_budget(data)
             elif (
                 program == TOKEN_PROGRAM
                 and data[:1] == bytes([TRANSFER_CHECKED])
@@ -237,6 +272,11 @@ class Settler:
                 raise SettlementError(
                     "InvalidTransaction", f"instruction of program {program} is not allowed"
                 )
+        if limits != 1:
+            raise SettlementError(
+                "InvalidTransaction",
+                f"need exactly one SetComputeUnitLimit (at most {MAX_COMPUTE_UNIT_LIMIT})",
+            )
         if len(transfers) != 1 or len(memos) != 1:
             raise SettlementError(
                 "InvalidTransaction", "need exactly one TransferChecked and one memo"
@@ -290,7 +330,7 @@ class Settler:
                 "SettlementFailed", f"the transaction failed in simulation: {text[:300]}", 422
             ) from e
         try:
-            await self.rpc.confirm_transaction(sig, Confirmed, sleep_seconds=0.05)
+            confirmed = await self.rpc.confirm_transaction(sig, Confirmed, sleep_seconds=0.05)
         except (
             TimeoutError,
             UnconfirmedTxError,
@@ -301,20 +341,28 @@ class Settler:
                 "the transaction was sent but not yet confirmed; submit the same request again",
                 504,
             ) from e
+        status = confirmed.value[0] if confirmed.value else None
+        if status is not None and status.err is not None:  # confirmed, but it failed
+            raise SettlementError(
+                "SettlementFailed", f"the transaction failed on chain: {status.err}", 422
+            )
 
 
-def _check_budget(data: bytes) -> None:
+def _check_budget(data: bytes) -> int:
+    """1 for a SetComputeUnitLimit within the cap, 0 for a SetComputeUnitPrice within its
+    cap; anything else is refused."""
     if data[:1] == b"\x02" and len(data) == 5:  # SetComputeUnitLimit(u32)
         if struct.unpack_from("<I", data, 1)[0] > MAX_COMPUTE_UNIT_LIMIT:
             raise SettlementError(
                 "InvalidTransaction", f"compute unit limit above {MAX_COMPUTE_UNIT_LIMIT}"
             )
-    elif data[:1] == b"\x03" and len(data) == 9:  # SetComputeUnitPrice(u64)
+        return 1
+    if data[:1] == b"\x03" and len(data) == 9:  # SetComputeUnitPrice(u64)
         if struct.unpack_from("<Q", data, 1)[0] > MAX_COMPUTE_UNIT_PRICE:
             raise SettlementError(
                 "InvalidTransaction", f"compute unit price above {MAX_COMPUTE_UNIT_PRICE}"
             )
-    else:
-        raise SettlementError(
-            "InvalidTransaction", "only compute unit limit and price instructions are allowed"
-        )
+        return 0
+    raise SettlementError(
+        "InvalidTransaction", "only compute unit limit and price instructions are allowed"
+    )

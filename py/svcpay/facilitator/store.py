@@ -456,6 +456,15 @@ class Store:
                 )
                 .values(disabled_at=now())
             )
+            if res.rowcount:  # what was still queued for it will not be sent
+                await conn.execute(
+                    webhook_deliveries.update()
+                    .where(
+                        (webhook_deliveries.c.endpoint_id == endpoint_id)
+                        & (webhook_deliveries.c.status == "pending")
+                    )
+                    .values(status="dead", last_error="the endpoint was deleted")
+                )
             return bool(res.rowcount)
 
     async def claim_deliveries(self, *, limit: int, lease_secs: int) -> list[Delivery]:
@@ -468,7 +477,12 @@ class Store:
             & (webhook_deliveries.c.locked_until <= ts)
         )
         async with self.engine.begin() as conn:
-            q = sa.select(webhook_deliveries.c.id).where(due).limit(limit)
+            q = (
+                sa.select(webhook_deliveries.c.id)
+                .join(webhook_endpoints, webhook_endpoints.c.id == webhook_deliveries.c.endpoint_id)
+                .where(due & webhook_endpoints.c.disabled_at.is_(None))
+                .limit(limit)
+            )
             if self.dialect == "postgresql":
                 q = q.with_for_update(skip_locked=True)
             ids = [r.id for r in await conn.execute(q)]
@@ -604,14 +618,24 @@ class Store:
                 .values(status="failed" if error else "deducted", signature=signature, error=error)
             )
 
-    async def usage_sent(self, report_id: str, signature: str, transaction: str) -> None:
-        """Records the signed deduction before it is sent (recovery asks the chain)."""
+    async def usage_sent(
+        self, report_id: str, replaces: str | None, signature: str, transaction: str
+    ) -> bool:
+        """Records the signed deduction before it is sent (recovery asks the chain), in
+        place of the transaction `replaces` (None: the first). False if another request or
+        instance recorded a different one first: send that one instead, never both."""
+        same = (
+            usage_reports.c.signature.is_(None)
+            if replaces is None
+            else usage_reports.c.signature == replaces
+        )
         async with self.engine.begin() as conn:
-            await conn.execute(
+            res = await conn.execute(
                 usage_reports.update()
-                .where(usage_reports.c.id == report_id)
+                .where((usage_reports.c.id == report_id) & same)
                 .values(signature=signature, transaction=transaction, sent_at=now())
             )
+            return bool(res.rowcount)
 
     async def usage_report(self, report_id: str) -> dict[str, Any] | None:
         async with self.engine.connect() as conn:
@@ -651,7 +675,7 @@ class Store:
             set_={"owner": owner, "lease_until": until},
             where=(crank_leases.c.lease_until <= ts) & (crank_leases.c.next_attempt_at <= ts),
         )
-        rows = [
+        rows = [  # in one order, so two instances' upserts cannot deadlock on PostgreSQL
             {
                 "subscription": s,
                 "owner": owner,
@@ -659,7 +683,7 @@ class Store:
                 "attempts": 0,
                 "next_attempt_at": 0,
             }
-            for s in subscriptions
+            for s in sorted(set(subscriptions))
         ]
         async with self.engine.begin() as conn:
             for chunk in range(0, len(rows), 500):
@@ -674,29 +698,38 @@ class Store:
             return [r.subscription for r in held]
 
     async def release_subscription(
-        self, subscription: str, *, error: str | None = None, retry_at: int = 0
+        self,
+        subscription: str,
+        *,
+        error: str | None = None,
+        retry_at: int = 0,
+        owner: str | None = None,
     ) -> None:
-        """Ends a lease; after a failure the subscription waits until `retry_at`."""
+        """Ends a lease (only `owner`'s, when given: a lease that expired and passed to
+        another instance is not ours to end); after a failure the subscription waits until
+        `retry_at`."""
         values: dict[str, Any] = {"lease_until": 0, "next_attempt_at": retry_at}
         if error is None:
             values.update(attempts=0, last_error=None)
         else:
             values.update(attempts=crank_leases.c.attempts + 1, last_error=error[:500])
         async with self.engine.begin() as conn:
-            await conn.execute(
-                crank_leases.update()
-                .where(crank_leases.c.subscription == subscription)
-                .values(**values)
-            )
+            mine = crank_leases.c.subscription == subscription
+            if owner is not None:
+                mine = mine & (crank_leases.c.owner == owner)
+            await conn.execute(crank_leases.update().where(mine).values(**values))
 
-    async def release_subscriptions(self, subscriptions: Sequence[str]) -> None:
-        """Ends the leases of subscriptions handled successfully, in one statement."""
+    async def release_subscriptions(self, subscriptions: Sequence[str], owner: str) -> None:
+        """Ends `owner`'s leases of subscriptions handled successfully, in one statement."""
         if not subscriptions:
             return
         async with self.engine.begin() as conn:
             await conn.execute(
                 crank_leases.update()
-                .where(crank_leases.c.subscription.in_(list(subscriptions)))
+                .where(
+                    crank_leases.c.subscription.in_(list(subscriptions))
+                    & (crank_leases.c.owner == owner)
+                )
                 .values(lease_until=0, next_attempt_at=0, attempts=0, last_error=None)
             )
 

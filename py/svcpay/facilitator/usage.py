@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import time
 from typing import Any
 
@@ -78,29 +79,46 @@ class UsageReporter:
                 self._locks.pop(row["id"], None)
 
     async def _settle(self, provider_id: str, report_id: str) -> dict[str, Any]:
-        row = await self._row(provider_id, report_id)
-        if row["status"] != "pending":
-            return self._outcome(row)
-        if row["signature"]:
-            landed = await self.billing.landed(row["signature"])
-            if landed:
-                await self.store.finish_usage(row["id"], signature=row["signature"], error=None)
-                return self._outcome({**row, "status": "deducted"})
-            if landed is None and time.time() - (row["sent_at"] or 0) < BLOCKHASH_LIFETIME_SECS:
-                tx = VersionedTransaction.from_bytes(base64.b64decode(row["transaction"]))
+        while True:
+            row = await self._row(provider_id, report_id)
+            if row["status"] != "pending":
+                return self._outcome(row)
+            if row["signature"]:
+                landed = await self.billing.landed(row["signature"])
+                if landed:
+                    await self.store.finish_usage(row["id"], signature=row["signature"], error=None)
+                    return self._outcome({**row, "status": "deducted"})
+                young = time.time() - (row["sent_at"] or 0) < BLOCKHASH_LIFETIME_SECS
+                if landed is None and young:  # it may still land: the same one, never a second
+                    tx = VersionedTransaction.from_bytes(base64.b64decode(row["transaction"]))
+                    return await self._send(row, tx)
+            await self._check_owner(provider_id, row["subscription"])
+            try:
+                tx = await self.billing.deduct_transaction(
+                    row["subscription"], row["amount"], self.authority
+                )
+            except ValueError as e:  # the subscription account does not exist
+                await self.store.finish_usage(row["id"], signature=None, error=f"NotFound: {e}")
+                raise UsageError("NotFound", str(e), 404) from e
+            encoded = base64.b64encode(bytes(tx)).decode()
+            if await self.store.usage_sent(
+                row["id"], row["signature"], str(tx.signatures[0]), encoded
+            ):
                 return await self._send(row, tx)
-        await self._check_owner(provider_id, row["subscription"])
-        try:
-            tx = await self.billing.deduct_transaction(
-                row["subscription"], row["amount"], self.authority
-            )
-        except ValueError as e:  # the subscription account does not exist
-            await self.store.finish_usage(row["id"], signature=None, error=f"NotFound: {e}")
-            raise UsageError("NotFound", str(e), 404) from e
-        await self.store.usage_sent(
-            row["id"], str(tx.signatures[0]), base64.b64encode(bytes(tx)).decode()
-        )
-        return await self._send(row, tx)
+            # another request or instance recorded its transaction first: go with that one
+
+    async def recover(self, older_than_secs: int = 30) -> int:
+        """Completes usage reports left pending (a crash, a timeout, a provider that never
+        retried): landed ones are recorded, others sent; returns how many were handled."""
+        handled = 0
+        for row in await self.store.pending_usage():
+            if time.time() - row["created_at"] < older_than_secs:
+                continue  # probably in flight
+            # A UsageError means recorded (failed) or still pending: either way not lost.
+            with contextlib.suppress(UsageError):
+                await self._settle(row["provider_id"], row["id"])
+            handled += 1
+        return handled
 
     async def _send(self, row: dict[str, Any], tx: VersionedTransaction) -> dict[str, Any]:
         try:
@@ -110,6 +128,11 @@ class UsageReporter:
             await self.store.finish_usage(row["id"], signature=None, error=error)
             raise UsageError(e.name, e.message or str(e), STATUS_BY_ERROR.get(e.name, 409)) from e
         except TransactionError as e:  # not the subscriber's doing: the report stays pending
+            if await self.billing.landed(str(tx.signatures[0])):  # e.g. already processed
+                await self.store.finish_usage(
+                    row["id"], signature=str(tx.signatures[0]), error=None
+                )
+                return self._outcome({**row, "status": "deducted"})
             raise UsageError("DeductionPending", f"{e}; report again with the same key", 503) from e
         sub = await self.billing.fetch_subscription(row["subscription"])
         await record_receipt(

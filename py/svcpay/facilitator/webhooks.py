@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import random
+import socket
 import time
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -46,12 +49,16 @@ class Deliverer:
         lease_secs: int = 60,
         first_retry_secs: int = FIRST_RETRY_SECS,
         give_up_after_secs: int = GIVE_UP_AFTER_SECS,
+        allow_local: bool = False,
     ) -> None:
+        """Unless `allow_local`, deliveries go only to public addresses over https (a
+        provider's URL must not reach the facilitator's own network)."""
         self.store = store
         self.http = http or httpx.AsyncClient(timeout=timeout, follow_redirects=False)
         self.batch, self.lease_secs = batch, lease_secs
         self.first_retry_secs, self.give_up_after_secs = first_retry_secs, give_up_after_secs
         self._slots = asyncio.Semaphore(concurrency)
+        self.allow_local = allow_local
         self.delivered = self.failed = 0
 
     async def run_once(self) -> int:
@@ -84,6 +91,11 @@ class Deliverer:
                 EVENT_ID_HEADER: d.event_id,
             }
             status: int | None = None
+            refused = None if self.allow_local else await refused_destination(d.url)
+            if refused:
+                self.failed += 1
+                log.info("webhook %s to %s refused: %s", d.event_id, host_of(d.url), refused)
+                return DeliveryOutcome(d.id, False, None, f"refused: {refused}", None)
             try:
                 response = await self.http.post(d.url, content=d.body, headers=headers)
                 status = response.status_code
@@ -98,8 +110,70 @@ class Deliverer:
         retry_at: int | None = int(time.time()) + retry_delay(attempts, first=self.first_retry_secs)
         if d.created_at + self.give_up_after_secs < (retry_at or 0):
             retry_at = None
-        log.info("webhook %s to %s failed (%s), attempt %d", d.event_id, d.url, error, attempts)
+        log.info(
+            "webhook %s to %s failed (%s), attempt %d", d.event_id, host_of(d.url), error, attempts
+        )
         return DeliveryOutcome(d.id, False, status, error, retry_at)
 
     async def aclose(self) -> None:
         await self.http.aclose()
+
+
+def host_of(url: str) -> str:
+    """For logs: the URL's host only (paths and queries may carry tokens)."""
+    try:
+        return urlsplit(url).hostname or "?"
+    except ValueError:
+        return "?"
+
+
+def local_address(address: str) -> bool:
+    """Loopback, private, link-local, shared (CGNAT), multicast, reserved or unspecified."""
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return not ip.is_global or ip.is_multicast
+
+
+def check_endpoint_url(url: str, *, allow_local: bool) -> str | None:
+    """Why `url` cannot be a webhook endpoint, or None. Without `allow_local`: https only,
+    and a literal address must be public (names are checked again at each delivery)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        return "url must be an absolute http(s) URL"
+    if parts.scheme not in ("http", "https") or not host:
+        return "url must be an absolute http(s) URL"
+    if parts.username is not None or parts.password is not None:
+        return "url must not carry credentials (user:password@)"
+    if allow_local:
+        return None
+    if parts.scheme != "https":
+        return "url must use https"
+    try:
+        if local_address(host):
+            return "url must not point at a private, loopback or link-local address"
+    except ValueError:
+        pass  # a name: resolved and checked when delivering
+    return None
+
+
+async def refused_destination(url: str) -> str | None:
+    """Why a delivery to `url` must not be made now (its host resolves to a local address,
+    or does not resolve), or None. Checked at every delivery, since DNS can change."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port or 443
+    except ValueError:
+        return "not a URL"
+    if parts.scheme != "https":
+        return "only https endpoints are allowed"
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as e:
+        return f"{host} does not resolve ({e.strerror or e})"
+    for info in infos:
+        if local_address(str(info[4][0])):
+            return f"{host} resolves to a private, loopback or link-local address"
+    return None

@@ -16,7 +16,11 @@ from dataclasses import dataclass, field
 from based58 import b58encode
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
-from solana.rpc.core import RPCException
+from solana.rpc.core import (
+    RPCException,
+    TransactionExpiredBlockheightExceededError,
+    UnconfirmedTxError,
+)
 from solana.rpc.types import MemcmpOpts, TxOpts
 from solders.instruction import Instruction
 from solders.keypair import Keypair
@@ -103,7 +107,10 @@ class BillingClient:
             err = getattr(data, "err", None)
             message = str(getattr(detail, "message", detail))
             raise errors.from_logs_or_error(err) or TransactionError(message, logs) from e
-        await self.rpc.confirm_transaction(sig, Confirmed)
+        try:
+            await self.rpc.confirm_transaction(sig, Confirmed)
+        except (TimeoutError, UnconfirmedTxError, TransactionExpiredBlockheightExceededError) as e:
+            raise TransactionError(f"transaction {sig} sent but not confirmed: {e}") from e
         tx_info = await self.rpc.get_transaction(
             sig, "json", Confirmed, max_supported_transaction_version=0
         )
@@ -118,9 +125,12 @@ class BillingClient:
     async def landed(self, signature: str) -> bool | None:
         """True if the transaction succeeded on chain, False if it failed there, None if
         the cluster does not know it (yet, or ever: it may have expired unsent)."""
-        status = (await self.rpc.get_signature_statuses([Signature.from_string(signature)])).value[
-            0
-        ]
+        sig = Signature.from_string(signature)
+        # With history: the recent status cache forgets a transaction after ~2 minutes, and
+        # "unknown" would then read as "never landed" (and be sent again).
+        status = (
+            await self.rpc.get_signature_statuses([sig], search_transaction_history=True)
+        ).value[0]
         if status is None:
             return None
         return status.err is None

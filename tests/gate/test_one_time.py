@@ -28,7 +28,7 @@ PRICE = 500_000
 
 
 def make_app() -> Starlette:
-    calls = {"flaky": 0}
+    calls = {"flaky": 0, "boom": 0}
 
     async def data(request: Request) -> JSONResponse:
         return JSONResponse({"data": 42})
@@ -41,11 +41,22 @@ def make_app() -> Starlette:
             else JSONResponse({"ok": True})
         )
 
+    async def boom(request: Request) -> JSONResponse:
+        calls["boom"] += 1
+        if calls["boom"] == 1:
+            raise RuntimeError("the handler crashed")
+        return JSONResponse({"ok": True})
+
     async def free(request: Request) -> JSONResponse:
         return JSONResponse({"free": True})
 
     return Starlette(
-        routes=[Route("/v1/data", data), Route("/v1/flaky", flaky), Route("/free", free)]
+        routes=[
+            Route("/v1/data", data),
+            Route("/v1/flaky", flaky),
+            Route("/v1/boom", boom),
+            Route("/free", free),
+        ]
     )
 
 
@@ -53,14 +64,15 @@ def make_app() -> Starlette:
 async def http() -> AsyncIterator[httpx.AsyncClient]:
     gate = payment_gate(
         make_app(),
-        pricing={"/v1/data": [OneTime(PRICE)], "/v1/flaky": [OneTime(PRICE)]},
+        pricing={p: [OneTime(PRICE)] for p in ("/v1/data", "/v1/flaky", "/v1/boom")},
         terms=TERMS,
         memos=Memos(b"gate-memo-secret-0123456789"),
         trusted_facilitators={str(FACILITATOR.pubkey())},
         replay=MemoryReplayStore(),
     )
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=gate), base_url="http://api"
+        transport=httpx.ASGITransport(app=gate, raise_app_exceptions=False),
+        base_url="http://api",
     ) as client:
         yield client
 
@@ -144,6 +156,15 @@ async def test_a_failed_response_does_not_use_up_the_payment(http: httpx.AsyncCl
     assert (await http.get("/v1/flaky", headers={"X-PAYMENT": header})).status_code == 503
     assert (await http.get("/v1/flaky", headers={"X-PAYMENT": header})).status_code == 200
     assert (await http.get("/v1/flaky", headers={"X-PAYMENT": header})).status_code == 402
+
+
+async def test_a_crashing_handler_does_not_use_up_the_payment(http: httpx.AsyncClient) -> None:
+    memo = (await terms_for(http, "/v1/boom")).accepts[0].memo
+    assert memo
+    header = proof(memo)
+    assert (await http.get("/v1/boom", headers={"X-PAYMENT": header})).status_code == 500
+    assert (await http.get("/v1/boom", headers={"X-PAYMENT": header})).status_code == 200
+    assert (await http.get("/v1/boom", headers={"X-PAYMENT": header})).status_code == 402
 
 
 async def test_oversized_headers_get_400_and_free_paths_pass(http: httpx.AsyncClient) -> None:

@@ -145,22 +145,40 @@ class PaymentAuth(httpx.Auth):
             if plan in self.subscriptions:
                 return self.subscriptions[plan]
             if self.billing is not None:
-                self._reserve(option.amount_units)
+                # What subscribing charges is the plan's price on chain, not what the server
+                # says: check they agree before reserving (and paying) it.
+                on_chain = await self.billing.fetch_plan(Pubkey.from_string(plan))
+                if on_chain is None:
+                    raise PaymentError(f"the plan {plan} the server names does not exist")
+                if (
+                    on_chain.amount != option.amount_units
+                    or str(on_chain.mint) != option.token
+                    or (option.svc.interval and on_chain.period_secs != option.svc.interval)
+                ):
+                    raise PaymentError(
+                        f"the server's terms for plan {plan} ({option.amount} of "
+                        f"{option.token}) differ from the plan on chain ({on_chain.amount} of "
+                        f"{on_chain.mint} every {on_chain.period_secs} s); not subscribing"
+                    )
+                self._reserve(on_chain.amount)
                 sub_id = str(await self.billing.subscribe(plan, self.owner))
                 self.subscriptions[plan] = sub_id
                 return sub_id
         return None
+
+    async def _authorize(self, body: dict[str, object]) -> httpx.Response:
+        return await _post_until_final(self.facilitator, body, SETTLE_PATIENCE_SECS)
 
     async def _pay(self, option: PaymentOption) -> str:
         supported = (await self.facilitator.get("/supported")).json()
         tx = await build_payment(
             self.rpc, self.owner, option, Pubkey.from_string(supported["feePayer"])
         )
-        body = {
+        body: dict[str, object] = {
             "signedPayment": base64.b64encode(tx).decode(),
             "paymentRequirements": option.to_json_dict(),
         }
-        reply = await self.facilitator.post("/authorize", json=body)
+        reply = await self._authorize(body)
         if reply.status_code == 200:
             return base64.b64encode(reply.content).decode()
         if _error(reply) == "InsufficientFunds":
@@ -168,6 +186,34 @@ class PaymentAuth(httpx.Auth):
         raise PaymentError(
             f"the facilitator refused the payment ({reply.status_code}): {_message(reply)}"
         )
+
+
+SETTLE_PATIENCE_SECS = 90.0  # a signed payment's blockhash lives about a minute
+
+
+async def _post_until_final(
+    facilitator: httpx.AsyncClient, body: dict[str, object], patience: float
+) -> httpx.Response:
+    """POST /authorize until a final answer. A timeout or `SettlementPending` leaves the
+    payment possibly in flight: the same signed transaction is sent again (the facilitator
+    settles it at most once), never a new one, so a payment is never made twice."""
+    deadline = time.monotonic() + patience
+    delay = 0.5
+    while True:
+        try:
+            reply = await facilitator.post("/authorize", json=body, timeout=30.0)
+            if not (reply.status_code == 504 and _error(reply) == "SettlementPending"):
+                return reply
+            why = "SettlementPending"
+        except httpx.TimeoutException as e:
+            why = f"timeout ({type(e).__name__})"
+        if time.monotonic() + delay > deadline:
+            raise PaymentError(
+                f"the facilitator did not settle the payment in {patience:.0f} s ({why}); "
+                "it may still land: check your wallet before paying again"
+            )
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 8.0)
 
 
 async def build_payment(

@@ -2,5 +2,7 @@
 
 from svcpay.gate.asgi import PaymentGate, payment_gate
 from svcpay.gate.pricing import OneTime, Subscription, build_payment_required
+from svcpay.gate.wsgi import PaymentGateWSGI, payment_gate_wsgi
 
 __all__ = ["OneTime", "PaymentGate", "Subscription", "build_payment_required", "payment_gate"]
+__all__ += ["PaymentGateWSGI", "payment_gate_wsgi"]

@@ -54,7 +54,11 @@ class Subscriptions(Protocol):
 
 
 class Meter(Protocol):
-    async def record(self, subscription_id: str, amount: int) -> None: ...
+    async def record(self, subscription_id: str, amount: int) -> None:
+        """Records a use. It must count in `pending` before record's first await (the gate
+        hands the use over from its own reservation in that same step)."""
+        ...
+
     def pending(self, subscription_id: str) -> int:
         """Usage recorded but not yet deducted on chain."""
         ...
@@ -157,7 +161,11 @@ class PaymentGate:
                 send, resource, pricing, "InvalidPaymentProof", verdict.reason
             )
             return
-        status = await self._run(scope, receive, send)
+        try:
+            status = await self._run(scope, receive, send)
+        except BaseException:  # the handler raised: no charge, the proof can be used again
+            await self.replay.release(proof.replay_key)
+            raise
         if status is None or status >= 400:
             await self.replay.release(proof.replay_key)
 
@@ -223,20 +231,29 @@ class PaymentGate:
             await self._payment_required(send, resource, pricing, "AllowanceExhausted", message)
             return
         self._inflight[sub_id] = self._inflight.get(sub_id, 0) + entry.metered
+        reserved = True
         try:
             status = await self._run(scope, receive, send)
             if status is not None and 200 <= status < 300:
                 self.subscriptions.invalidate(sub_id)
+                # The client may already send its next request: move the use from this
+                # reservation to the meter's pending count in one step (no await between).
+                self._unreserve(sub_id, entry.metered)
+                reserved = False
                 try:
                     await self.meter.record(sub_id, entry.metered)
                 except Exception:  # the response is sent; the meter keeps and retries usage
                     log.exception("recording metered usage for %s failed", sub_id)
         finally:
-            left = self._inflight[sub_id] - entry.metered
-            if left:
-                self._inflight[sub_id] = left
-            else:
-                del self._inflight[sub_id]
+            if reserved:
+                self._unreserve(sub_id, entry.metered)
+
+    def _unreserve(self, sub_id: str, amount: int) -> None:
+        left = self._inflight[sub_id] - amount
+        if left:
+            self._inflight[sub_id] = left
+        else:
+            del self._inflight[sub_id]
 
     def _one_time_option(self, entry: OneTime) -> PaymentOption:
         """The terms a proof for `entry` must meet (validated once; the memo is checked

@@ -50,9 +50,17 @@ class ChainMeter:
 
     def __init__(self, client: BillingClient, authority: Keypair) -> None:
         self.client, self.authority = client, authority
+        self._deducting: dict[str, int] = {}
 
     async def record(self, subscription_id: str, amount: int) -> None:
-        await self.client.deduct_allowance(subscription_id, amount, self.authority)
+        # Pending while its deduction is on its way (counted before the first await).
+        self._deducting[subscription_id] = self._deducting.get(subscription_id, 0) + amount
+        try:
+            await self.client.deduct_allowance(subscription_id, amount, self.authority)
+        finally:
+            self._deducting[subscription_id] -= amount
+            if not self._deducting[subscription_id]:
+                del self._deducting[subscription_id]
 
     def pending(self, subscription_id: str) -> int:
-        return 0  # deducted before record() returns
+        return self._deducting.get(subscription_id, 0)

@@ -57,7 +57,7 @@ def test_the_provider_and_client_snippets_work(
 
     @asynccontextmanager
     async def facilitator_app() -> AsyncIterator[ASGIApp]:
-        async with in_process_facilitator(validator.url, fee_payer) as facilitator:
+        async with in_process_facilitator(validator.url, fee_payer, pay_to=[pay_to]) as facilitator:
             yield proxy(facilitator.http)
 
     with serve(facilitator_app) as facilitator_url:

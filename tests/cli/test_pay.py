@@ -91,7 +91,9 @@ def world(validator: Localnet) -> Iterator[World]:
 
     @asynccontextmanager
     async def facilitator_app() -> AsyncIterator[ASGIApp]:
-        async with in_process_facilitator(validator.url, fee_payer) as facilitator:
+        async with in_process_facilitator(
+            validator.url, fee_payer, pay_to=[destination]
+        ) as facilitator:
             yield proxy(facilitator.http)
 
     with serve(facilitator_app) as facilitator_url:

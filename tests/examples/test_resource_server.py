@@ -58,7 +58,9 @@ async def provider(
     plan = billing.plan(amount=10 * USDC, period_secs=30 * DAY)
     metered = billing.plan(amount=USDC, mint=plan.mint)
     authority_file = save_keypair(metered.billing_authority, tmp_path / "billing-authority.json")
-    async with in_process_facilitator(validator.url, chain.funded_keypair()) as facilitator:
+    async with in_process_facilitator(
+        validator.url, chain.funded_keypair(), pay_to=[plan.destination]
+    ) as facilitator:
         supported = (await facilitator.http.get("/supported")).json()
         settings = Settings(
             facilitator_url=FACILITATOR_URL,

@@ -213,6 +213,7 @@ def start_services(
             "SVCPAY_FACILITATOR_KEYPAIR": str(facilitator_key),
             "SVCPAY_CRANK_INTERVAL_SECS": "1",
             "SVCPAY_WEBHOOK_INTERVAL_SECS": "0.5",
+            "SVCPAY_WEBHOOK_ALLOW_LOCAL": "1",  # the demo's receiver listens on loopback
             "SVCPAY_INDEXER_INTERVAL_SECS": "0.5",
         }
     )

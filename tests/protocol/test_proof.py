@@ -189,3 +189,26 @@ def test_a_replayed_proof_is_refused_even_when_requests_race(
 def test_hostile_headers_get_a_reason(header: str, reason: str) -> None:
     with pytest.raises(ProtocolError, match=reason):
         parse_payment_proof(header)
+
+
+def test_the_signed_bytes_are_the_canonical_json_of_every_field_but_the_signature() -> None:
+    """The fast path must sign exactly what ADR 0006 says (proofs issued by older
+    facilitators, and extra fields, included)."""
+    import json
+
+    from svcpay.protocol.proof import DOMAIN, PaymentProof
+
+    proof = PaymentProof.model_validate(
+        {
+            "version": "1", "network": "solana-mainnet", "transaction": "5" * 64,
+            "payer": "11111111111111111111111111111111",
+            "payTo": "11111111111111111111111111111111",
+            "token": "11111111111111111111111111111111", "amount": "500000", "memo": "m",
+            "issuedAt": 1, "expiresAt": 2, "facilitator": "11111111111111111111111111111111",
+            "signature": "sig", "extension": {"b": 1, "a": [2]},
+        }
+    )  # fmt: skip
+    everything = proof.model_dump(by_alias=True, mode="json")
+    everything.pop("signature")
+    expected = DOMAIN + json.dumps(everything, sort_keys=True, separators=(",", ":")).encode()
+    assert proof.signing_bytes() == expected

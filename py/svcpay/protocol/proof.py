@@ -61,8 +61,24 @@ class PaymentProof(Model):
         return check_amount(v)
 
     def signing_bytes(self) -> bytes:
-        fields: dict[str, Any] = self.model_dump(by_alias=True, mode="json")
-        fields.pop("signature", None)
+        """DOMAIN + the canonical JSON of every field but `signature` (extra fields too),
+        built directly rather than through model_dump: this runs on every paid request."""
+        fields: dict[str, Any] = {
+            "version": self.version,
+            "network": self.network,
+            "transaction": self.transaction,
+            "payer": self.payer,
+            "payTo": self.pay_to,
+            "token": self.token,
+            "amount": self.amount,
+            "memo": self.memo,
+            "issuedAt": self.issued_at,
+            "expiresAt": self.expires_at,
+            "facilitator": self.facilitator,
+        }
+        if self.model_extra:
+            fields.update(self.model_extra)
+            fields.pop("signature", None)
         canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         return DOMAIN + canonical.encode()
 

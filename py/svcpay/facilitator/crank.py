@@ -9,6 +9,7 @@ cranks at once is safe: the program refuses a second collection in a period.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -96,10 +97,12 @@ async def run_once(
     lease_secs: int = 300,
     retry_secs: int = 60,
     past_due_retry_secs: int = 3600,
+    concurrency: int = 4,
 ) -> CrankSummary:
     """Collects every subscription due at `now` (of `plan`, or of each of several plans, or
     all) and returns a summary;
-    `progress` is called after each transaction.
+    `progress` is called after each transaction. Up to `concurrency` transactions are in
+    flight at once.
 
     With a `store`, instances share the work: each leases its subscriptions first (another
     instance skips them until the lease lapses), records the program's events (webhooks,
@@ -128,6 +131,8 @@ async def run_once(
     async def sent(group: list[tuple[Pubkey, Instruction]]) -> None:
         receipt = await client.send([ix for _, ix in group], [payer])
         summary.absorb(receipt)
+        if progress:
+            progress(summary)
         if store is not None:
             await record_receipt(store, receipt, at=clock)
             unpaid = {
@@ -153,26 +158,32 @@ async def run_once(
     async def failed(key: Pubkey, error: Exception) -> None:
         summary.skipped += 1
         summary.errors.append(f"{key}: {error}")
+        if progress:
+            progress(summary)
         if store is not None:
             await backoff(key, str(error), retry_secs, 6 * 3600)
 
-    for group in pack(
-        [(key, instructions.collect_subscription(sub)) for key, sub in due], payer.pubkey()
-    ):
-        try:
-            await sent(group)
-        except (ProgramError, TransactionError) as e:
-            if len(group) == 1:
-                await failed(group[0][0], e)
-            else:
+    slots = asyncio.Semaphore(max(1, concurrency))
+
+    async def handle(group: list[tuple[Pubkey, Instruction]]) -> None:
+        async with slots:
+            try:
+                await sent(group)
+            except (ProgramError, TransactionError) as e:
+                if len(group) == 1:
+                    await failed(group[0][0], e)
+                    return
                 log.info("a packed collect failed (%s); retrying %d one by one", e, len(group))
                 for item in group:
                     try:
                         await sent([item])
                     except (ProgramError, TransactionError) as single:
                         await failed(item[0], single)
-        if progress:
-            progress(summary)
+
+    groups = pack(
+        [(key, instructions.collect_subscription(sub)) for key, sub in due], payer.pubkey()
+    )
+    await asyncio.gather(*(handle(g) for g in groups))
     if store is not None and run_id is not None:
         await store.finish_run(run_id, summary.to_json_dict())
     return summary

@@ -40,7 +40,7 @@ class Memos:
                 *(s.encode() for s in (terms.resource, terms.amount, terms.pay_to, terms.token)),
             ]
         )
-        return hmac.new(self._secret, msg, hashlib.sha256).digest()[:16]
+        return hmac.digest(self._secret, msg, hashlib.sha256)[:16]  # one-shot: the C fast path
 
     def issue(self, terms: MemoTerms, now: int | None = None) -> str:
         expires_at = (int(time.time()) if now is None else now) + self.ttl_secs

@@ -76,6 +76,8 @@ def start_facilitator(url: str, keyfile: Path, database: str) -> tuple[subproces
         "SVCPAY_CRANK_INTERVAL_SECS": "0",
         "SVCPAY_INDEXER_INTERVAL_SECS": "0",
         "SVCPAY_SETTLE_UNREGISTERED": "1",  # the benchmark's payTo is nobody's
+        "SVCPAY_SETTLE_RATE": "100000",  # and its eight wallets pay as fast as they can
+        "SVCPAY_SETTLE_BURST": "100000",
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "svcpay.cli", "facilitator", "serve", "--port", str(free_port())],

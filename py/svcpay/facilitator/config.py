@@ -16,6 +16,8 @@
     SVCPAY_SETTLE_UNREGISTERED       0                                 1: settle payments to
                                                                        any payTo (pays fees
                                                                        for anyone)
+    SVCPAY_SETTLE_RATE, _BURST       5, 20                             payments per second
+                                                                       per payer, burst
     SVCPAY_WEBHOOK_ALLOW_LOCAL       0                                 1: webhooks may go to
                                                                        http and private or
                                                                        loopback addresses
@@ -56,6 +58,8 @@ class FacilitatorConfig:
     indexer_interval_secs: float = 2.0
     past_due_retry_secs: int = 3600
     settle_unregistered: bool = False
+    settle_rate_per_sec: float = 5.0
+    settle_burst: int = 20
     webhook_allow_local: bool = False
     instance: str = f"{socket.gethostname()}-{os.getpid()}"
 
@@ -80,6 +84,9 @@ class FacilitatorConfig:
             ),
             instance=e.get("SVCPAY_INSTANCE", cls.instance),
             settle_unregistered=_flag(e, "SVCPAY_SETTLE_UNREGISTERED"),
+            settle_rate_per_sec=_number(e, "SVCPAY_SETTLE_RATE", cls.settle_rate_per_sec)
+            or cls.settle_rate_per_sec,
+            settle_burst=max(1, int(_number(e, "SVCPAY_SETTLE_BURST", cls.settle_burst))),
             webhook_allow_local=_flag(e, "SVCPAY_WEBHOOK_ALLOW_LOCAL"),
         )
 

@@ -372,6 +372,7 @@ def _public_paths() -> Schema:
                         "UnknownPayTo: payTo is not a registered provider's account "
                         "(the facilitator pays fees only for its providers' payments)"
                     ),
+                    "429": error("RateLimited: too many payments from this payer; retry later"),
                     "413": shared("RequestTooLarge"),
                     "422": error(
                         "SettlementFailed: the transaction failed in simulation or on chain"

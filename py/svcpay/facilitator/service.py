@@ -22,7 +22,7 @@ from svcpay.facilitator import crank
 from svcpay.facilitator.config import FacilitatorConfig
 from svcpay.facilitator.db import redacted
 from svcpay.facilitator.lifecycle import index_once
-from svcpay.facilitator.settlement import Settler
+from svcpay.facilitator.settlement import RateLimit, Settler
 from svcpay.facilitator.store import Store
 from svcpay.facilitator.usage import UsageReporter
 from svcpay.facilitator.webhooks import Deliverer, host_of
@@ -46,6 +46,7 @@ class Facilitator:
             network=config.network,
             proof_ttl_secs=config.proof_ttl_secs,
             settle_unregistered=config.settle_unregistered,
+            rate_limit=RateLimit(config.settle_rate_per_sec, config.settle_burst),
         )
         self.usage = UsageReporter(self.store, self.billing, self.keypair)
         self.deliverer = Deliverer(self.store, allow_local=config.webhook_allow_local)

@@ -54,6 +54,32 @@ class SettlementError(Exception):
         self.name, self.message, self.status = name, message, status
 
 
+class RateLimit:
+    """A token bucket per key (here: per payer): `rate` per second, bursts of `burst`.
+    In memory, per instance: it bounds what one payer can make an instance pay in fees."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, burst
+        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, updated)
+
+    def take(self, key: str, now: float | None = None) -> float:
+        """0 if `key` may go on now (a token is taken), else the seconds to wait."""
+        now = time.monotonic() if now is None else now
+        tokens, updated = self._buckets.get(key, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - updated) * self.rate)
+        if tokens < 1:
+            self._buckets[key] = (tokens, now)
+            return (1 - tokens) / self.rate
+        self._buckets[key] = (tokens - 1, now)
+        if len(self._buckets) > 100_000:  # forget the idle: full buckets hold no state
+            self._buckets = {
+                k: v
+                for k, v in self._buckets.items()
+                if v[0] + (now - v[1]) * self.rate < self.burst
+            }
+        return 0.0
+
+
 class Settler:
     """Settles one-time payments, durably: the co-signed transaction is stored before it is
     sent, and its proof once it is confirmed. The same transaction submitted again (also
@@ -69,6 +95,7 @@ class Settler:
         network: str,
         proof_ttl_secs: int = 300,
         settle_unregistered: bool = False,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         """Unless `settle_unregistered`, only payments to a payTo account a provider
         registered are settled: the facilitator pays the fees, and would otherwise pay them
@@ -76,6 +103,7 @@ class Settler:
         self.rpc, self.fee_payer, self.store, self.network = rpc, fee_payer, store, network
         self.proof_ttl_secs = proof_ttl_secs
         self.settle_unregistered = settle_unregistered
+        self.rate_limit = rate_limit or RateLimit(rate=5.0, burst=20)
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def authorize(self, signed_payment: bytes, option: PaymentOption) -> PaymentProof:
@@ -92,6 +120,13 @@ class Settler:
             raise SettlementError(
                 "InvalidTransaction", "the transaction names accounts or signatures it lacks"
             ) from e
+        wait = self.rate_limit.take(str(payer))
+        if wait:
+            raise SettlementError(
+                "RateLimited",
+                f"too many payments from {payer}; retry in {wait:.1f} s",
+                429,
+            )
         if not self.settle_unregistered and await self.store.resource_owner(option.pay_to) is None:
             raise SettlementError(
                 "UnknownPayTo",

@@ -63,3 +63,42 @@ def test_a_hostile_signature_header_is_a_verification_error_not_a_crash() -> Non
         with pytest.raises(WebhookSignatureError):
             verify_webhook("s", body, header)
     assert verify_webhook("s", body, sign_webhook("s", body))["id"] == "evt_1"
+
+
+async def test_a_delivery_connects_to_the_address_it_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No second DNS lookup between the check and the connection (DNS rebinding): the request
+    goes to the checked address, with the name in Host and for TLS (SNI, certificate)."""
+    import asyncio
+
+    import httpx
+
+    async def public_dns(self: object, host: str, port: int, **kwargs: object) -> list[object]:
+        return [(2, 1, 6, "", ("93.184.216.34", port))]
+
+    monkeypatch.setattr(asyncio.BaseEventLoop, "getaddrinfo", public_dns)
+    seen: list[httpx.Request] = []
+
+    def receiver(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(204)
+
+    store = Store.open(f"sqlite:///{tmp_path / 'f.db'}")
+    try:
+        provider = await store.create_provider("acme")
+        await store.add_resource(provider, "payTo", "PAYTO")
+        await store.create_endpoint(provider, "https://hooks.example.com:8443/in?x=1", ["*"])
+        await store.add_event(
+            Event(new_id("evt"), "payment.settled", int(time.time()), {"payTo": "PAYTO"})
+        )
+        http = httpx.AsyncClient(transport=httpx.MockTransport(receiver))
+        deliverer = Deliverer(store, http)
+        assert await deliverer.run_once() == 1 and deliverer.delivered == 1
+        [request] = seen
+        assert str(request.url) == "https://93.184.216.34:8443/in?x=1"
+        assert request.headers["host"] == "hooks.example.com:8443"
+        assert request.extensions["sni_hostname"] == "hooks.example.com"
+        await deliverer.aclose()
+    finally:
+        await store.close()

@@ -91,13 +91,26 @@ class Deliverer:
                 EVENT_ID_HEADER: d.event_id,
             }
             status: int | None = None
-            refused = None if self.allow_local else await refused_destination(d.url)
-            if refused:
-                self.failed += 1
-                log.info("webhook %s to %s refused: %s", d.event_id, host_of(d.url), refused)
-                return DeliveryOutcome(d.id, False, None, f"refused: {refused}", None)
+            target, extensions = d.url, {}
+            if not self.allow_local:
+                address, refused = await resolve_public(d.url)
+                if refused or address is None:
+                    self.failed += 1
+                    log.info("webhook %s to %s refused: %s", d.event_id, host_of(d.url), refused)
+                    return DeliveryOutcome(d.id, False, None, f"refused: {refused}", None)
+                # Connect to the address just checked (no second lookup an attacker's DNS
+                # could answer differently); the name stays in Host and in TLS (SNI and the
+                # certificate check).
+                parts = urlsplit(d.url)
+                headers["Host"] = parts.netloc
+                extensions = {"sni_hostname": parts.hostname or ""}
+                literal = f"[{address}]" if ":" in address else address
+                netloc = literal + (f":{parts.port}" if parts.port else "")
+                target = parts._replace(netloc=netloc).geturl()
             try:
-                response = await self.http.post(d.url, content=d.body, headers=headers)
+                response = await self.http.post(
+                    target, content=d.body, headers=headers, extensions=extensions
+                )
                 status = response.status_code
                 if 200 <= status < 300:
                     self.delivered += 1
@@ -160,20 +173,25 @@ def check_endpoint_url(url: str, *, allow_local: bool) -> str | None:
 
 
 async def refused_destination(url: str) -> str | None:
-    """Why a delivery to `url` must not be made now (its host resolves to a local address,
-    or does not resolve), or None. Checked at every delivery, since DNS can change."""
+    """Why a delivery to `url` must not be made now, or None."""
+    return (await resolve_public(url))[1]
+
+
+async def resolve_public(url: str) -> tuple[str | None, str | None]:
+    """(the address to deliver to, None), or (None, why not): the host must resolve, and
+    only to public addresses. Checked at every delivery, since DNS can change."""
     try:
         parts = urlsplit(url)
         host, port = parts.hostname or "", parts.port or 443
     except ValueError:
-        return "not a URL"
+        return None, "not a URL"
     if parts.scheme != "https":
-        return "only https endpoints are allowed"
+        return None, "only https endpoints are allowed"
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as e:
-        return f"{host} does not resolve ({e.strerror or e})"
-    for info in infos:
-        if local_address(str(info[4][0])):
-            return f"{host} resolves to a private, loopback or link-local address"
-    return None
+        return None, f"{host} does not resolve ({e.strerror or e})"
+    addresses = [str(info[4][0]) for info in infos]
+    if not addresses or any(local_address(a) for a in addresses):
+        return None, f"{host} resolves to a private, loopback or link-local address"
+    return addresses[0], None

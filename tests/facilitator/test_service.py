@@ -338,3 +338,35 @@ async def test_two_instances_crank_together_without_double_work(
         e for e in await service.store.events(shop.provider_id) if e.type == "subscription.renewed"
     ]
     assert len(renewed) == 12
+
+
+async def test_one_usage_report_sent_to_two_instances_deducts_once(
+    shop: Shop, chain: Chain, database_url: str
+) -> None:
+    service, billing = shop.fac.service, shop.fac.service.billing
+    plan = await billing.create_plan(
+        shop.provider, plan_id=10, mint=shop.mint, destination=shop.destination,
+        billing_authority=service.keypair.pubkey(), amount=USDC, period_secs=30 * DAY,
+        grace_secs=DAY,
+    )  # fmt: skip
+    await service.store.add_resource(shop.provider_id, "plan", str(plan))
+    subscriber = chain.funded_keypair()
+    chain.token_account(subscriber.pubkey(), shop.mint, 10 * USDC)
+    sub = await billing.subscribe(plan, subscriber, max_overage=USDC)
+    other = Facilitator(
+        FacilitatorConfig(
+            keypair=service.keypair, rpc_url=service.config.rpc_url, database_url=database_url
+        )
+    )
+    try:
+        results = await asyncio.gather(
+            *(
+                instance.usage.report(shop.provider_id, str(sub), USDC // 4, "same-key")
+                for instance in (service, other, service, other)
+            )
+        )
+    finally:
+        await other.aclose()
+    assert len({r["transaction"] for r in results}) == 1  # one transaction for the report
+    allowance = await billing.fetch_allowance(sub)
+    assert allowance is not None and allowance.used == USDC // 4  # deducted once

@@ -157,15 +157,6 @@ class Store:
             ).one()
         return dict(got._mapping)
 
-    async def settlement(self, signature: str) -> dict[str, Any] | None:
-        async with self.engine.connect() as conn:
-            got = (
-                await conn.execute(
-                    sa.select(settlements).where(settlements.c.signature == signature)
-                )
-            ).one_or_none()
-        return dict(got._mapping) if got else None
-
     async def finish_settlement(self, signature: str, proof: str, event: Event) -> str:
         """Records the settlement's proof and its event, unless another request or instance
         did first; returns the stored proof (the first one, so every answer is the same)."""
@@ -651,15 +642,6 @@ class Store:
             )
             return [_amount_int(dict(r._mapping)) for r in rows]
 
-    async def retry_usage(self, report_id: str) -> None:
-        async with self.engine.begin() as conn:
-            await conn.execute(
-                usage_reports.update()
-                .where(usage_reports.c.id == report_id)
-                .values(status="pending", error=None)
-            )
-
-    # -- the billing crank's shared work queue -----------------------------------------------
     async def claim_subscriptions(
         self, owner: str, subscriptions: Sequence[str], *, lease_secs: int
     ) -> list[str]:

@@ -370,3 +370,29 @@ async def test_one_usage_report_sent_to_two_instances_deducts_once(
     assert len({r["transaction"] for r in results}) == 1  # one transaction for the report
     allowance = await billing.fetch_allowance(sub)
     assert allowance is not None and allowance.used == USDC // 4  # deducted once
+
+
+async def test_a_usage_report_left_pending_is_completed_by_recovery(
+    shop: Shop, chain: Chain
+) -> None:
+    """A report stored, then the facilitator died before signing it: the periodic recovery
+    deducts it without the provider asking again (usage is never lost)."""
+    service, billing = shop.fac.service, shop.fac.service.billing
+    plan = await billing.create_plan(
+        shop.provider, plan_id=11, mint=shop.mint, destination=shop.destination,
+        billing_authority=service.keypair.pubkey(), amount=USDC, period_secs=30 * DAY,
+        grace_secs=DAY,
+    )  # fmt: skip
+    await service.store.add_resource(shop.provider_id, "plan", str(plan))
+    subscriber = chain.funded_keypair()
+    chain.token_account(subscriber.pubkey(), shop.mint, 10 * USDC)
+    sub = await billing.subscribe(plan, subscriber, max_overage=USDC)
+    row, created = await service.store.begin_usage(shop.provider_id, "crashed", str(sub), 1000)
+    assert created  # ... and here the process died
+
+    assert await service.usage.recover(older_than_secs=0) == 1
+    stored = await service.store.usage_report(row["id"])
+    assert stored is not None and stored["status"] == "deducted" and stored["signature"]
+    allowance = await billing.fetch_allowance(sub)
+    assert allowance is not None and allowance.used == 1000
+    assert await service.usage.recover(older_than_secs=0) == 0  # nothing left to do

@@ -114,3 +114,20 @@ async def test_two_instances_never_lease_the_same_subscription(database_url: str
     finally:
         await one.close()
         await two.close()
+
+
+async def test_a_deleted_endpoint_receives_nothing_more(database_url: str) -> None:
+    store = Store.open(database_url)
+    try:
+        provider = await store.create_provider("acme")
+        await store.add_resource(provider, "plan", "PLAN")
+        endpoint, _ = await store.create_endpoint(provider, "https://hooks.example.com/", ["*"])
+        await store.add_event(Event(new_id("evt"), "plan.created", 1, {}, plan="PLAN"))
+        assert await store.disable_endpoint(provider, endpoint.id)
+        assert await store.claim_deliveries(limit=10, lease_secs=60) == []
+        [row] = await store.deliveries(endpoint.id)
+        assert row["status"] == "dead" and row["last_error"] == "the endpoint was deleted"
+        await store.add_event(Event(new_id("evt"), "plan.deprecated", 2, {}, plan="PLAN"))
+        assert len(await store.deliveries(endpoint.id)) == 1  # none queued for new events
+    finally:
+        await store.close()

@@ -331,3 +331,35 @@ async def test_the_facilitator_pays_fees_only_within_its_limits(world: World) ->
     status, why = await refused(base64.b64encode(unregistered).decode(), elsewhere.to_json_dict())
     assert status == 403 and why.startswith("UnknownPayTo")
     assert world.chain.token_state(world.destination)["amount"] == 0  # type: ignore[arg-type]
+
+
+async def test_a_pending_settlement_is_asked_again_with_the_same_transfer(world: World) -> None:
+    """The facilitator answers 504 SettlementPending (as when confirmation is slow); the
+    client posts the same signed transfer again rather than paying anew, and is served."""
+    bodies: list[bytes] = []
+
+    async def slow_first(scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        body = await request.body()
+        if request.url.path == "/authorize":
+            bodies.append(body)
+            if len(bodies) == 1:
+                pending = {"error": "SettlementPending", "message": "not yet confirmed"}
+                await JSONResponse(pending, 504)(scope, receive, send)
+                return
+        reply = await world.facilitator.request(
+            request.method, request.url.path, content=body,
+            headers={"content-type": "application/json"},
+        )  # fmt: skip
+        await JSONResponse(reply.json(), reply.status_code)(scope, receive, send)
+
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=slow_first), base_url="http://facilitator"
+    ) as facilitator:
+        auth = PaymentAuth(
+            world.wallet, rpc=world.rpc, facilitator=facilitator, max_per_request=USDC
+        )
+        reply = await world.api.get("/v1/data", auth=auth)
+    assert reply.status_code == 200
+    assert len(bodies) == 2 and bodies[0] == bodies[1]  # the same signed transfer, twice
+    assert world.chain.token_state(world.destination)["amount"] == PRICE  # type: ignore[arg-type]

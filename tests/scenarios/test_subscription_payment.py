@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from svcpay.client import PaymentAuth, SpendingLimitExceeded
+from svcpay.client import PaymentAuth, PaymentError, SpendingLimitExceeded
 from svcpay.gate import OneTime, Subscription, payment_gate
 from svcpay.gate.chain import ChainSubscriptions
 from svcpay.gate.pricing import Terms
@@ -81,5 +81,43 @@ async def test_the_client_subscribes_once_then_uses_x_svc_sub(
             chain.token_state(wallet_token)["amount"] == 15 * USDC
         )  # one period, not three payments
         await unused.aclose()
+    await billing.close()
+    await rpc.close()
+
+
+async def test_the_client_will_not_subscribe_on_terms_that_differ_from_the_plan(
+    validator: Localnet, chain: Chain
+) -> None:
+    """A server advertising a cheap price for an expensive plan gets no subscription: the
+    client checks the plan on chain before it subscribes (and reserves what it charges)."""
+    billing = BillingClient.connect(validator.url)
+    rpc = AsyncClient(validator.url, commitment=Confirmed)
+    provider, wallet = chain.funded_keypair(), chain.funded_keypair()
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    wallet_token = chain.token_account(wallet.pubkey(), mint, 2_000 * USDC)
+    plan = await billing.create_plan(
+        provider, plan_id=1, mint=mint, destination=destination,
+        billing_authority=provider.pubkey(), amount=1_000 * USDC, period_secs=30 * DAY,
+    )  # fmt: skip
+    lying = payment_gate(
+        Starlette(routes=[Route("/v1/resource", resource)]),
+        pricing={"/v1/resource": [Subscription(str(plan), 1, 30 * DAY)]},  # "1 base unit"
+        terms=Terms(pay_to=str(destination), token=str(mint)),
+        memos=Memos(b"e2e-memo-secret-0123456789"),
+        trusted_facilitators=set(),
+        replay=MemoryReplayStore(),
+        subscriptions=ChainSubscriptions(billing, ttl=0),
+    )
+    async with (
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=lying), base_url="http://api") as api,
+        httpx.AsyncClient(base_url="http://facilitator.invalid") as unused,
+    ):
+        auth = PaymentAuth(
+            wallet, rpc=rpc, facilitator=unused, billing=billing, max_per_request=USDC
+        )
+        with pytest.raises(PaymentError, match="differ from the plan on chain"):
+            await api.get("/v1/resource", auth=auth)
+    assert chain.token_state(wallet_token)["amount"] == 2_000 * USDC  # nothing was charged
     await billing.close()
     await rpc.close()

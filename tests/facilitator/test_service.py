@@ -20,6 +20,7 @@ from solders.transaction import VersionedTransaction
 from svcpay.client import build_payment
 from svcpay.facilitator.config import FacilitatorConfig
 from svcpay.facilitator.service import Facilitator
+from svcpay.facilitator.settlement import RateLimit
 from svcpay.localnet.process import Localnet
 from svcpay.program.client import BillingClient, status_name
 from svcpay.protocol.headers import NETWORK_MAINNET, SCHEME_EXACT
@@ -41,9 +42,43 @@ class Shop:
     destination: Pubkey
     provider_id: str
     api_key: str
+    database_url: str
 
     def auth(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"}
+
+    async def plan(self, plan_id: int, *, grace_secs: int = DAY, register: bool = True) -> Pubkey:
+        """A 30-day plan at 1 USDC billed by the facilitator (registered to the provider
+        unless `register` is False)."""
+        service = self.fac.service
+        plan = await service.billing.create_plan(
+            self.provider, plan_id=plan_id, mint=self.mint, destination=self.destination,
+            billing_authority=service.keypair.pubkey(), amount=USDC, period_secs=30 * DAY,
+            grace_secs=grace_secs,
+        )  # fmt: skip
+        if register:
+            await service.store.add_resource(self.provider_id, "plan", str(plan))
+        return plan
+
+    async def metered_subscriber(self, chain: Chain, plan: Pubkey) -> tuple[Pubkey, Keypair]:
+        """A subscription to `plan` with a 1 USDC allowance (its wallet holds 10 USDC), and
+        the subscriber."""
+        subscriber = chain.funded_keypair()
+        chain.token_account(subscriber.pubkey(), self.mint, 10 * USDC)
+        sub = await self.fac.service.billing.subscribe(plan, subscriber, max_overage=USDC)
+        return sub, subscriber
+
+    def another_instance(self, name: str = "second") -> Facilitator:
+        """A second facilitator on the same database and key (close it: aclose())."""
+        service = self.fac.service
+        return Facilitator(
+            FacilitatorConfig(
+                keypair=service.keypair,
+                rpc_url=service.config.rpc_url,
+                database_url=self.database_url,
+                instance=name,
+            )
+        )
 
 
 @pytest.fixture
@@ -56,7 +91,7 @@ async def shop(validator: Localnet, chain: Chain, database_url: str) -> AsyncIte
         provider_id = await store.create_provider("acme")
         _, key = await store.create_api_key(provider_id)
         await store.add_resource(provider_id, "payTo", str(destination))
-        yield Shop(fac, provider, mint, destination, provider_id, key)
+        yield Shop(fac, provider, mint, destination, provider_id, key, database_url)
 
 
 def option(shop: Shop, memo: str) -> PaymentOption:
@@ -75,7 +110,7 @@ async def payment(shop: Shop, chain: Chain, memo: str) -> tuple[dict[str, object
     chain.token_account(wallet.pubkey(), shop.mint, 2 * USDC)
     opt = option(shop, memo)
     tx = await build_payment(shop.fac.rpc, wallet, opt, shop.fac.fee_payer.pubkey())
-    body = {
+    body: dict[str, object] = {
         "signedPayment": base64.b64encode(tx).decode(),
         "paymentRequirements": opt.to_json_dict(),
     }
@@ -124,10 +159,7 @@ async def test_a_restart_between_sending_and_answering_loses_nothing(
 
     # A new instance on the same database: recovery records the payment (and its event),
     # and the client's retry of the same request gets the proof without a second transfer.
-    config = FacilitatorConfig(
-        keypair=service.keypair, rpc_url=service.config.rpc_url, database_url=database_url
-    )
-    restarted = Facilitator(config)
+    restarted = shop.another_instance("restarted")
     try:
         await restarted.recover()
         option_ = PaymentOption.model_validate(body["paymentRequirements"])
@@ -150,12 +182,7 @@ async def test_renewals_over_thirty_days_with_a_failure_and_recovery(
     if not chain.can_time_travel:
         pytest.skip("needs the drop-in validator's time travel")
     service, billing = shop.fac.service, shop.fac.service.billing
-    plan = await billing.create_plan(
-        shop.provider, plan_id=7, mint=shop.mint, destination=shop.destination,
-        billing_authority=service.keypair.pubkey(), amount=USDC, period_secs=30 * DAY,
-        grace_secs=3 * DAY,
-    )  # fmt: skip
-    await service.store.add_resource(shop.provider_id, "plan", str(plan))
+    plan = await shop.plan(7, grace_secs=3 * DAY)
     rich, poor = chain.funded_keypair(), chain.funded_keypair()
     chain.token_account(rich.pubkey(), shop.mint, 3 * USDC)
     poor_token = chain.token_account(poor.pubkey(), shop.mint, USDC)
@@ -184,14 +211,8 @@ async def test_metered_usage_is_deducted_once_per_key_up_to_the_cap(
     shop: Shop, chain: Chain
 ) -> None:
     service, billing, http = shop.fac.service, shop.fac.service.billing, shop.fac.http
-    plan = await billing.create_plan(
-        shop.provider, plan_id=8, mint=shop.mint, destination=shop.destination,
-        billing_authority=service.keypair.pubkey(), amount=USDC, period_secs=30 * DAY,
-        grace_secs=DAY,
-    )  # fmt: skip
-    subscriber = chain.funded_keypair()
-    chain.token_account(subscriber.pubkey(), shop.mint, 10 * USDC)
-    sub = await billing.subscribe(plan, subscriber, max_overage=USDC)
+    plan = await shop.plan(8, register=False)
+    sub, subscriber = await shop.metered_subscriber(chain, plan)
     report = {"subscription": str(sub), "amount": str(USDC // 2), "idempotencyKey": "u-1"}
 
     assert (await http.post("/v1/usage", json=report)).status_code == 401
@@ -306,25 +327,13 @@ async def test_two_instances_crank_together_without_double_work(
     if not chain.can_time_travel:
         pytest.skip("needs the drop-in validator's time travel")
     service, billing = shop.fac.service, shop.fac.service.billing
-    plan = await billing.create_plan(
-        shop.provider, plan_id=9, mint=shop.mint, destination=shop.destination,
-        billing_authority=service.keypair.pubkey(), amount=USDC, period_secs=30 * DAY,
-        grace_secs=DAY,
-    )  # fmt: skip
-    await service.store.add_resource(shop.provider_id, "plan", str(plan))
+    plan = await shop.plan(9)
     subs = []
     for _ in range(12):
         kp = chain.funded_keypair()
         chain.token_account(kp.pubkey(), shop.mint, 2 * USDC)
         subs.append(await billing.subscribe(plan, kp))
-    other = Facilitator(
-        FacilitatorConfig(
-            keypair=service.keypair,
-            rpc_url=service.config.rpc_url,
-            database_url=database_url,
-            instance="second",
-        )
-    )
+    other = shop.another_instance()
     try:
         chain.advance_to(chain.unix_timestamp() + 30 * DAY)
         one, two = await asyncio.gather(service.crank_once(), other.crank_once())
@@ -344,20 +353,9 @@ async def test_one_usage_report_sent_to_two_instances_deducts_once(
     shop: Shop, chain: Chain, database_url: str
 ) -> None:
     service, billing = shop.fac.service, shop.fac.service.billing
-    plan = await billing.create_plan(
-        shop.provider, plan_id=10, mint=shop.mint, destination=shop.destination,
-        billing_authority=service.keypair.pubkey(), amount=USDC, period_secs=30 * DAY,
-        grace_secs=DAY,
-    )  # fmt: skip
-    await service.store.add_resource(shop.provider_id, "plan", str(plan))
-    subscriber = chain.funded_keypair()
-    chain.token_account(subscriber.pubkey(), shop.mint, 10 * USDC)
-    sub = await billing.subscribe(plan, subscriber, max_overage=USDC)
-    other = Facilitator(
-        FacilitatorConfig(
-            keypair=service.keypair, rpc_url=service.config.rpc_url, database_url=database_url
-        )
-    )
+    plan = await shop.plan(10)
+    sub, _ = await shop.metered_subscriber(chain, plan)
+    other = shop.another_instance()
     try:
         results = await asyncio.gather(
             *(
@@ -378,15 +376,8 @@ async def test_a_usage_report_left_pending_is_completed_by_recovery(
     """A report stored, then the facilitator died before signing it: the periodic recovery
     deducts it without the provider asking again (usage is never lost)."""
     service, billing = shop.fac.service, shop.fac.service.billing
-    plan = await billing.create_plan(
-        shop.provider, plan_id=11, mint=shop.mint, destination=shop.destination,
-        billing_authority=service.keypair.pubkey(), amount=USDC, period_secs=30 * DAY,
-        grace_secs=DAY,
-    )  # fmt: skip
-    await service.store.add_resource(shop.provider_id, "plan", str(plan))
-    subscriber = chain.funded_keypair()
-    chain.token_account(subscriber.pubkey(), shop.mint, 10 * USDC)
-    sub = await billing.subscribe(plan, subscriber, max_overage=USDC)
+    plan = await shop.plan(11)
+    sub, _ = await shop.metered_subscriber(chain, plan)
     row, created = await service.store.begin_usage(shop.provider_id, "crashed", str(sub), 1000)
     assert created  # ... and here the process died
 
@@ -396,3 +387,18 @@ async def test_a_usage_report_left_pending_is_completed_by_recovery(
     allowance = await billing.fetch_allowance(sub)
     assert allowance is not None and allowance.used == 1000
     assert await service.usage.recover(older_than_secs=0) == 0  # nothing left to do
+
+
+async def test_a_payer_beyond_its_rate_gets_429_and_pays_nothing(shop: Shop, chain: Chain) -> None:
+    shop.fac.service.settler.rate_limit = RateLimit(rate=0.001, burst=1)
+    first, wallet = await payment(shop, chain, "memo-rate-1")
+    assert (await shop.fac.http.post("/authorize", json=first)).status_code == 200
+    opt = option(shop, "memo-rate-2")
+    tx = await build_payment(shop.fac.rpc, wallet, opt, shop.fac.fee_payer.pubkey())
+    second = {
+        "signedPayment": base64.b64encode(tx).decode(),
+        "paymentRequirements": opt.to_json_dict(),
+    }
+    refused = await shop.fac.http.post("/authorize", json=second)
+    assert (refused.status_code, refused.json()["error"]) == (429, "RateLimited")
+    assert chain.token_state(shop.destination)["amount"] == PRICE  # only the first was paid

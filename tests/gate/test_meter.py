@@ -4,6 +4,7 @@ crash, and never a double charge when a crash falls between sending and recordin
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -13,6 +14,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from svcpay.gate import Subscription, payment_gate
 from svcpay.gate import meter as meter_module
@@ -143,6 +145,27 @@ async def test_a_batch_signed_but_never_sent_is_retried_once_it_cannot_land(
     assert (await used(client, sub_id), restarted.pending(sub_id)) == (500, 0)
 
 
+def metered_gate(
+    handler: Callable[[Request], Awaitable[JSONResponse]],
+    client: BillingClient,
+    meter: BatchingMeter,
+    plan: str,
+    destination: str,
+    per_use: int,
+) -> ASGIApp:
+    """POST /v1/process behind the gate, `per_use` drawn from the plan's allowance."""
+    return payment_gate(
+        Starlette(routes=[Route("/v1/process", handler, methods=["POST"])]),
+        pricing={"/v1/process": [Subscription(plan, USDC, 30 * DAY, metered=per_use)]},
+        terms=Terms(pay_to=destination, token=str(Keypair().pubkey())),
+        memos=Memos(b"meter-memo-secret-0123456789"),
+        trusted_facilitators=set(),
+        replay=MemoryReplayStore(),
+        subscriptions=ChainSubscriptions(client, ttl=60),
+        meter=meter,
+    )
+
+
 async def test_the_gate_counts_pending_usage_against_the_cap(
     chain: Chain, client: BillingClient, tmp_path: Path
 ) -> None:
@@ -152,16 +175,7 @@ async def test_the_gate_counts_pending_usage_against_the_cap(
     async def process(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True})
 
-    gate = payment_gate(
-        Starlette(routes=[Route("/v1/process", process, methods=["POST"])]),
-        pricing={"/v1/process": [Subscription(plan, USDC, 30 * DAY, metered=USDC // 2)]},
-        terms=Terms(pay_to=destination, token=str(Keypair().pubkey())),
-        memos=Memos(b"meter-memo-secret-0123456789"),
-        trusted_facilitators=set(),
-        replay=MemoryReplayStore(),
-        subscriptions=ChainSubscriptions(client, ttl=60),
-        meter=meter,
-    )
+    gate = metered_gate(process, client, meter, plan, destination, per_use=USDC // 2)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=gate), base_url="http://api"
     ) as api:
@@ -185,16 +199,7 @@ async def test_concurrent_requests_cannot_together_pass_the_cap(
         await release.wait()  # every request is admitted before any is recorded
         return JSONResponse({"ok": True})
 
-    gate = payment_gate(
-        Starlette(routes=[Route("/v1/process", slow, methods=["POST"])]),
-        pricing={"/v1/process": [Subscription(plan, USDC, 30 * DAY, metered=USDC // 4)]},
-        terms=Terms(pay_to=destination, token=str(Keypair().pubkey())),
-        memos=Memos(b"meter-memo-secret-0123456789"),
-        trusted_facilitators=set(),
-        replay=MemoryReplayStore(),
-        subscriptions=ChainSubscriptions(client, ttl=60),
-        meter=meter,
-    )
+    gate = metered_gate(slow, client, meter, plan, destination, per_use=USDC // 4)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=gate), base_url="http://api"
     ) as api:

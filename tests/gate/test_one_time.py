@@ -18,8 +18,8 @@ from svcpay.gate import OneTime, payment_gate
 from svcpay.gate.pricing import Terms
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.models import PaymentRequired
-from svcpay.protocol.proof import PaymentProof
 from svcpay.protocol.replay import MemoryReplayStore
+from tests.support.proofs import proof_header
 
 pytestmark = pytest.mark.anyio
 FACILITATOR = Keypair()
@@ -84,25 +84,7 @@ async def terms_for(http: httpx.AsyncClient, path: str) -> PaymentRequired:
 
 
 def proof(memo: str, amount: int = PRICE, signer: Keypair = FACILITATOR) -> str:
-    import time
-
-    now = int(time.time())
-    return (
-        PaymentProof(
-            network="solana-mainnet",
-            transaction=str(Keypair().sign_message(b"settled")),
-            payer=str(Pubkey.new_unique()),
-            pay_to=TERMS.pay_to,
-            token=TERMS.token,
-            amount=str(amount),
-            memo=memo,
-            issued_at=now,
-            expires_at=now + 120,
-            facilitator=str(signer.pubkey()),
-        )
-        .signed_by(signer)
-        .to_header()
-    )
+    return proof_header(TERMS, memo, amount, signer)
 
 
 async def test_unpaid_requests_get_402_with_the_terms(http: httpx.AsyncClient) -> None:

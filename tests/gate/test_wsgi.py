@@ -34,9 +34,9 @@ from svcpay.program import pda
 from svcpay.program.client import BillingClient
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.models import PaymentRequired
-from svcpay.protocol.proof import PaymentProof
 from svcpay.protocol.replay import MemoryReplayStore
 from tests.support.billing import DAY, USDC, Billing
+from tests.support.proofs import proof_header
 
 FACILITATOR = Keypair()
 TERMS = Terms(pay_to=str(Pubkey.new_unique()), token=str(Pubkey.new_unique()))
@@ -145,23 +145,7 @@ def call(
 
 
 def proof(memo: str, amount: int = PRICE, signer: Keypair = FACILITATOR) -> str:
-    now = int(time.time())
-    return (
-        PaymentProof(
-            network="solana-mainnet",
-            transaction=str(Keypair().sign_message(b"settled")),
-            payer=str(Pubkey.new_unique()),
-            pay_to=TERMS.pay_to,
-            token=TERMS.token,
-            amount=str(amount),
-            memo=memo,
-            issued_at=now,
-            expires_at=now + 120,
-            facilitator=str(signer.pubkey()),
-        )
-        .signed_by(signer)
-        .to_header()
-    )
+    return proof_header(TERMS, memo, amount, signer)
 
 
 def one_time_gate(app: WSGIApplication, prefix: str = "/v1") -> PaymentGateWSGI:

@@ -24,6 +24,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from pydantic.alias_generators import to_camel
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -228,7 +229,7 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
         rows = await store.deliveries(endpoint_id)
         keys = ("event_id", "status", "attempts", "last_status", "last_error", "delivered_at")
         return JSONResponse(
-            {"deliveries": [{_camel(k): r[k] for k in ("id", *keys)} for r in rows]}
+            {"deliveries": [{to_camel(k): r[k] for k in ("id", *keys)} for r in rows]}
         )
 
     async def analytics_json(request: Request, provider_id: str) -> Response:
@@ -301,8 +302,3 @@ def _range(request: Request) -> tuple[int, int]:
         return analytics.parse_range(request.query_params, int(time.time()))
     except ValueError as e:
         raise BadRequest(str(e)) from e
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p.title() for p in rest)

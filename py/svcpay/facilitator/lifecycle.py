@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic.alias_generators import to_camel
 from solana.rpc.async_api import AsyncClient
 from solders.pubkey import Pubkey
 
@@ -69,11 +70,6 @@ def jsonable(value: Any) -> Any:
     return type(value).__name__  # an anchorpy enum variant (Active, Paused, ...)
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p.title() for p in rest)
-
-
 def chain_key(signature: str, index: int) -> str:
     return f"{signature}:{index}"
 
@@ -90,7 +86,7 @@ def from_program_event(
     """The lifecycle events for program event `name` (fields as decoded), the `index`-th
     event of transaction `signature`, which happened at unix time `at`. `plan` attributes
     events that do not name their plan (AllowanceDeducted) when the caller knows it."""
-    data = {_camel(k): jsonable(v) for k, v in fields.items()}
+    data = {to_camel(k): jsonable(v) for k, v in fields.items()}
     data["transaction"] = signature
     key = chain_key(signature, index)
     if isinstance(data.get("plan"), str):

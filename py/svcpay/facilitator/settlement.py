@@ -30,6 +30,7 @@ from solders.signature import Signature
 from solders.transaction import VersionedTransaction
 
 from svcpay.facilitator.store import Event, Store, new_id
+from svcpay.program.client import BLOCKHASH_LIFETIME_SECS, BillingClient
 from svcpay.protocol.models import PaymentOption
 from svcpay.protocol.proof import PaymentProof
 
@@ -42,7 +43,6 @@ TRANSFER_CHECKED = 12
 # lamports of priority fee (50,000 lamports). The transfer and the memo need about 10,000.
 MAX_COMPUTE_UNIT_LIMIT = 50_000
 MAX_COMPUTE_UNIT_PRICE = 1_000_000  # micro-lamports per compute unit
-BLOCKHASH_LIFETIME_SECS = 120  # after this an unsent transaction can never land
 
 
 class SettlementError(Exception):
@@ -101,6 +101,7 @@ class Settler:
         registered are settled: the facilitator pays the fees, and would otherwise pay them
         for anyone's transfers."""
         self.rpc, self.fee_payer, self.store, self.network = rpc, fee_payer, store, network
+        self._chain = BillingClient(rpc)
         self.proof_ttl_secs = proof_ttl_secs
         self.settle_unregistered = settle_unregistered
         self.rate_limit = rate_limit or RateLimit(rate=5.0, burst=20)
@@ -202,17 +203,12 @@ class Settler:
             return False
 
     async def _landed(self, sig: Signature) -> bool | None:
-        """True if `sig` succeeded on chain, False if it failed, None if not seen."""
-        status = (
-            await self.rpc.get_signature_statuses([sig], search_transaction_history=True)
-        ).value[0]
-        if status is None:
-            return None
-        if status.err is not None:
-            raise SettlementError(
-                "SettlementFailed", f"the transaction failed on chain: {status.err}", 422
-            )
-        return True
+        """True if `sig` succeeded on chain, None if the cluster does not know it; raises
+        SettlementFailed if it failed there."""
+        landed = await self._chain.landed(str(sig))
+        if landed is False:
+            raise SettlementError("SettlementFailed", "the transaction failed on chain", 422)
+        return landed
 
     async def _finish(self, row: dict[str, Any]) -> PaymentProof:
         now = int(time.time())
@@ -257,15 +253,10 @@ class Settler:
         if proof.expires_at < int(time.time()):
             return "the proof has expired"
         try:
-            sig = Signature.from_string(proof.transaction)
+            landed = await self._chain.landed(proof.transaction)
         except ValueError:
             return "the proof names no valid transaction"
-        status = (
-            await self.rpc.get_signature_statuses([sig], search_transaction_history=True)
-        ).value[0]
-        if status is None or status.err is not None:
-            return "the proof's transaction did not succeed on chain"
-        return None
+        return None if landed else "the proof's transaction did not succeed on chain"
 
     def _check(self, tx: VersionedTransaction, option: PaymentOption) -> Pubkey:
         msg = tx.message

@@ -23,10 +23,10 @@ from solders.transaction import VersionedTransaction
 
 from svcpay.facilitator.lifecycle import record_receipt
 from svcpay.facilitator.store import Store
-from svcpay.program.client import BillingClient, TransactionError
+from svcpay.program.client import BLOCKHASH_LIFETIME_SECS, BillingClient, TransactionError
 from svcpay.program.errors import ProgramError
+from svcpay.program.generated.accounts.subscription import Subscription
 
-BLOCKHASH_LIFETIME_SECS = 120
 # The largest amount a report may carry: what the store holds exactly on SQLite too (its
 # INTEGER is an i64; larger ints overflow it). No allowance comes near it.
 MAX_AMOUNT = 2**63 - 1
@@ -92,19 +92,15 @@ class UsageReporter:
                 if landed is None and young:  # it may still land: the same one, never a second
                     tx = VersionedTransaction.from_bytes(base64.b64decode(row["transaction"]))
                     return await self._send(row, tx)
-            await self._check_owner(provider_id, row["subscription"])
-            try:
-                tx = await self.billing.deduct_transaction(
-                    row["subscription"], row["amount"], self.authority
-                )
-            except ValueError as e:  # the subscription account does not exist
-                await self.store.finish_usage(row["id"], signature=None, error=f"NotFound: {e}")
-                raise UsageError("NotFound", str(e), 404) from e
+            sub = await self._owned_subscription(provider_id, row["subscription"])
+            tx = await self.billing.deduct_transaction(
+                row["subscription"], row["amount"], self.authority, known=sub
+            )
             encoded = base64.b64encode(bytes(tx)).decode()
             if await self.store.usage_sent(
                 row["id"], row["signature"], str(tx.signatures[0]), encoded
             ):
-                return await self._send(row, tx)
+                return await self._send(row, tx, plan=str(sub.plan))
             # another request or instance recorded its transaction first: go with that one
 
     async def recover(self, older_than_secs: int = 30) -> int:
@@ -120,7 +116,11 @@ class UsageReporter:
             handled += 1
         return handled
 
-    async def _send(self, row: dict[str, Any], tx: VersionedTransaction) -> dict[str, Any]:
+    async def _send(
+        self, row: dict[str, Any], tx: VersionedTransaction, plan: str | None = None
+    ) -> dict[str, Any]:
+        """Sends `tx` and records the outcome; `plan` attributes its events (read from the
+        chain when the caller does not know it)."""
         try:
             receipt = await self.billing.send_signed(tx)
         except ProgramError as e:
@@ -134,13 +134,10 @@ class UsageReporter:
                 )
                 return self._outcome({**row, "status": "deducted"})
             raise UsageError("DeductionPending", f"{e}; report again with the same key", 503) from e
-        sub = await self.billing.fetch_subscription(row["subscription"])
-        await record_receipt(
-            self.store,
-            receipt,
-            plan=str(sub.plan) if sub else None,
-            at=await self.billing.chain_time(),
-        )
+        if plan is None:
+            sub = await self.billing.fetch_subscription(row["subscription"])
+            plan = str(sub.plan) if sub else None
+        await record_receipt(self.store, receipt, plan=plan, at=await self.billing.chain_time())
         await self.store.finish_usage(row["id"], signature=receipt.signature, error=None)
         deducted = receipt.event("AllowanceDeducted")
         fields = deducted.data if deducted else {}
@@ -155,7 +152,8 @@ class UsageReporter:
             raise UsageError("NotFound", "no such usage report", 404)
         return rows
 
-    async def _check_owner(self, provider_id: str, subscription: str) -> None:
+    async def _owned_subscription(self, provider_id: str, subscription: str) -> Subscription:
+        """The subscription's account, if it exists and its plan is the provider's."""
         try:
             sub = await self.billing.fetch_subscription(subscription)
         except AccountInvalidDiscriminator:  # the program's, but a plan or an allowance
@@ -166,6 +164,7 @@ class UsageReporter:
             raise UsageError(
                 "Forbidden", "the subscription's plan is not registered to this API key", 403
             )
+        return sub
 
     @staticmethod
     def _outcome(row: dict[str, Any], extra: dict[str, int] | None = None) -> dict[str, Any]:

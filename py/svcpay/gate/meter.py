@@ -21,7 +21,7 @@ from typing import Any
 
 from solders.keypair import Keypair
 
-from svcpay.program.client import BillingClient
+from svcpay.program.client import BLOCKHASH_LIFETIME_SECS, BillingClient
 from svcpay.program.errors import ProgramError
 
 log = logging.getLogger("svcpay.meter")
@@ -31,7 +31,6 @@ CREATE TABLE IF NOT EXISTS usage (id INTEGER PRIMARY KEY, subscription TEXT NOT 
 CREATE TABLE IF NOT EXISTS batches (id INTEGER PRIMARY KEY, subscription TEXT NOT NULL,
     total INTEGER NOT NULL, signature TEXT, created_at REAL NOT NULL);
 """
-BLOCKHASH_LIFETIME_SECS = 120  # after this, an unconfirmed transaction can never land
 
 
 class BatchingMeter:

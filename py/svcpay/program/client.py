@@ -38,6 +38,9 @@ from svcpay.program.generated.accounts.subscription import Subscription
 from svcpay.program.generated.program_id import PROGRAM_ID
 
 CLOCK_SYSVAR = Pubkey.from_string("SysvarC1ock11111111111111111111111111111111")
+# A blockhash is valid for 150 slots (about a minute); after this long an unconfirmed
+# transaction can never land, so one signed anew cannot be a second copy of it.
+BLOCKHASH_LIFETIME_SECS = 120
 
 
 class TransactionError(RuntimeError):
@@ -136,10 +139,15 @@ class BillingClient:
         return status.err is None
 
     async def deduct_transaction(
-        self, subscription: Pubkey | str, amount: int, authority: Keypair
+        self,
+        subscription: Pubkey | str,
+        amount: int,
+        authority: Keypair,
+        known: Subscription | None = None,
     ) -> VersionedTransaction:
-        """A signed, unsent deduct_allowance (for callers that record it before sending)."""
-        sub = await self._subscription(subscription)
+        """A signed, unsent deduct_allowance (for callers that record it before sending);
+        `known` is the subscription's account when the caller has just read it."""
+        sub = known or await self._subscription(subscription)
         ix = instructions.deduct_allowance(
             authority.pubkey(),
             sub.plan,

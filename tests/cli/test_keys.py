@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from solders.pubkey import Pubkey
 
 from svcpay.keys import load_keypair
 from tests.cli.conftest import Cli
@@ -77,5 +78,5 @@ def test_airdrop_funds_the_keypair_on_localnet(cli: Cli, tmp_path: Path, chain: 
     dropped = cli.ok("keys", "airdrop", "2", "--keypair", path)
 
     assert dropped == {"pubkey": pubkey, "lamports": 2 * 10**9, "balance": 2 * 10**9}
-    assert chain.rpc("getBalance", pubkey)["value"] == 2 * 10**9
+    assert chain.balance(Pubkey.from_string(pubkey)) == 2 * 10**9
     assert cli("keys", "airdrop", "lots", "--keypair", path).code == 2

@@ -27,8 +27,10 @@ from svcpay.localnet.process import Localnet
 from tests.support.chain import Chain, RpcError
 
 MEMO = Pubkey.from_string("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr")
-JSON_V0 = {"encoding": "json", "maxSupportedTransactionVersion": 0}
-PARSED_V0 = {"encoding": "jsonParsed", "maxSupportedTransactionVersion": 0}
+# What a test just wrote is confirmed, not yet finalized (the RPC's default): read at confirmed.
+CONFIRMED = {"commitment": "confirmed"}
+JSON_V0 = {"encoding": "json", "maxSupportedTransactionVersion": 0, **CONFIRMED}
+PARSED_V0 = {"encoding": "jsonParsed", "maxSupportedTransactionVersion": 0, **CONFIRMED}
 SIGNATURE_FIELDS = {"signature", "slot", "err", "memo", "blockTime", "confirmationStatus"}
 
 
@@ -68,6 +70,7 @@ def history(chain: Chain) -> tuple[Pubkey, list[str]]:
 
 
 def listed(chain: Chain, address: Pubkey, **config: Any) -> list[str]:
+    config = {**CONFIRMED, **config}
     return [s["signature"] for s in chain.rpc("getSignaturesForAddress", str(address), config)]
 
 
@@ -75,7 +78,7 @@ def test_signatures_come_newest_first_failed_ones_included(
     chain: Chain, history: tuple[Pubkey, list[str]]
 ) -> None:
     address, sigs = history
-    found = chain.rpc("getSignaturesForAddress", str(address))
+    found = chain.rpc("getSignaturesForAddress", str(address), CONFIRMED)
     assert [s["signature"] for s in found] == sigs
     assert all(set(s) == SIGNATURE_FIELDS for s in found)
     assert [s["err"] for s in found] == [
@@ -131,7 +134,7 @@ def test_memos_are_listed_with_their_length(chain: Chain) -> None:
     address = Pubkey.new_unique()
     memo = Instruction(MEMO, b"pay for GPU time", [])
     chain.send_ok([pay(chain, address, 10**6), memo], [chain.payer])
-    (found,) = chain.rpc("getSignaturesForAddress", str(address))
+    (found,) = chain.rpc("getSignaturesForAddress", str(address), CONFIRMED)
     assert found["memo"] == "[16] pay for GPU time"
 
 
@@ -147,7 +150,7 @@ def test_a_transaction_that_cannot_pay_never_lands(chain: Chain) -> None:
         return  # refused outright is fine too
     time.sleep(1)
     assert chain.rpc("getSignatureStatuses", [sig])["value"] == [None]
-    assert chain.rpc("getSignaturesForAddress", str(broke.pubkey())) == []
+    assert chain.rpc("getSignaturesForAddress", str(broke.pubkey()), CONFIRMED) == []
 
 
 def test_get_transaction_json_carries_logs_error_and_version(
@@ -179,7 +182,7 @@ def test_get_transaction_json_carries_logs_error_and_version(
     assert failed["fee"] > 0
 
     with pytest.raises(RpcError) as old_client:
-        chain.rpc("getTransaction", sigs[0], {"encoding": "json"})
+        chain.rpc("getTransaction", sigs[0], {"encoding": "json", **CONFIRMED})
     assert old_client.value.code == -32015
     assert chain.rpc("getTransaction", str(Signature.new_unique()), JSON_V0) is None
     with pytest.raises(RpcError) as processed:
@@ -228,7 +231,7 @@ def test_token_transactions_show_inner_instructions_and_token_balances(chain: Ch
     mint = chain.create_mint(decimals=6)
     owner = Keypair().pubkey()
     ata = chain.token_account(owner, mint, 1_500_000)
-    (latest,) = chain.rpc("getSignaturesForAddress", str(ata), {"limit": 1})
+    (latest,) = chain.rpc("getSignaturesForAddress", str(ata), {"limit": 1, **CONFIRMED})
     tx = chain.rpc("getTransaction", latest["signature"], PARSED_V0)
     create, mint_to = tx["transaction"]["message"]["instructions"]
     assert create["program"] == "spl-associated-token-account"
@@ -279,7 +282,8 @@ def test_airdrops_are_transactions_in_the_history(chain: Chain) -> None:
         assert time.monotonic() < deadline
         time.sleep(0.1)
     assert sig in listed(chain, kp.pubkey())
-    tx = chain.rpc("getTransaction", sig, {"encoding": "jsonParsed"})  # legacy: no version
+    # without maxSupportedTransactionVersion: a legacy client, no version field
+    tx = chain.rpc("getTransaction", sig, {"encoding": "jsonParsed", **CONFIRMED})
     assert "version" not in tx
     (ix,) = tx["transaction"]["message"]["instructions"]
     assert ix["parsed"]["type"] == "transfer"

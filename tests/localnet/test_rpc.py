@@ -11,6 +11,7 @@ import base64
 import httpx
 import pytest
 from solana.rpc.api import Client
+from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.system_program import TransferParams, transfer
@@ -70,15 +71,15 @@ def test_processed_transactions_are_in_the_history(chain: Chain) -> None:
         TransferParams(from_pubkey=chain.payer.pubkey(), to_pubkey=receiver, lamports=10**6)
     )
     result = chain.send_ok([ix], [chain.payer])
-    config = {"encoding": "json", "maxSupportedTransactionVersion": 0}
+    config = {"encoding": "json", "commitment": "confirmed", "maxSupportedTransactionVersion": 0}
     tx = chain.rpc("getTransaction", result.signature, config)
     assert tx["meta"]["err"] is None and tx["meta"]["computeUnitsConsumed"] == result.compute_units
     assert str(receiver) in tx["transaction"]["message"]["accountKeys"]
     index = tx["transaction"]["message"]["accountKeys"].index(str(receiver))
     assert tx["meta"]["postBalances"][index] - tx["meta"]["preBalances"][index] == 10**6
-    listed = chain.rpc("getSignaturesForAddress", str(receiver))
+    listed = chain.rpc("getSignaturesForAddress", str(receiver), {"commitment": "confirmed"})
     assert [s["signature"] for s in listed] == [result.signature]
-    assert chain.rpc("getBalance", str(receiver))["value"] == 10**6
+    assert chain.balance(receiver) == 10**6
 
 
 def test_program_accounts_filter_by_owner_field(chain: Chain, billing: Billing) -> None:
@@ -88,7 +89,7 @@ def test_program_accounts_filter_by_owner_field(chain: Chain, billing: Billing) 
     found = chain.rpc(
         "getProgramAccounts",
         str(PROGRAM_ID),
-        {"encoding": "base64", "filters": [{"dataSize": 203}, memcmp]},
+        {"encoding": "base64", "commitment": "confirmed", "filters": [{"dataSize": 203}, memcmp]},
     )
     assert [a["pubkey"] for a in found] == [str(plan.address)]
 
@@ -96,7 +97,8 @@ def test_program_accounts_filter_by_owner_field(chain: Chain, billing: Billing) 
 def test_token_account_balance(chain: Chain, billing: Billing) -> None:
     plan = billing.plan()
     sub = billing.subscriber(plan, balance=1_500_000)
-    value = chain.rpc("getTokenAccountBalance", str(sub.token_account))["value"]
+    confirmed = {"commitment": "confirmed"}
+    value = chain.rpc("getTokenAccountBalance", str(sub.token_account), confirmed)["value"]
     assert value == {"amount": "1500000", "decimals": 6, "uiAmount": 1.5, "uiAmountString": "1.5"}
 
 
@@ -112,7 +114,7 @@ def test_time_travel_moves_the_clock_forward_only(chain: Chain) -> None:
 
 
 def test_solana_py_parses_the_responses(validator: Localnet, chain: Chain) -> None:
-    client = Client(validator.url)
+    client = Client(validator.url, commitment=Confirmed)  # reads what it just wrote
     kp = Keypair()
     assert client.request_airdrop(kp.pubkey(), 10**9).value is not None
     assert client.get_balance(kp.pubkey()).value == 10**9

@@ -24,6 +24,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, NoReturn, TypeAlias, TypeVar
 
 from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from spl.token.constants import TOKEN_PROGRAM_ID
@@ -323,7 +324,7 @@ async def send(action: Callable[[], Awaitable[T]]) -> T:
 
 async def mint_decimals(rpc: AsyncClient, mint: Pubkey) -> int:
     """The decimals of SPL Token mint `mint`; NotFound unless it is one."""
-    info = (await rpc.get_account_info(mint)).value
+    info = (await rpc.get_account_info(mint, Confirmed)).value
     if info is None:
         raise NotFound(f"mint {mint} not found on this cluster: check the address and --url")
     data = bytes(info.data)
@@ -333,7 +334,7 @@ async def mint_decimals(rpc: AsyncClient, mint: Pubkey) -> int:
 
 
 async def require_token_account(rpc: AsyncClient, account: Pubkey, what: str) -> None:
-    info = (await rpc.get_account_info(account)).value
+    info = (await rpc.get_account_info(account, Confirmed)).value
     if info is None:
         raise NotFound(f"{what} {account} does not exist: create it (and fund it) first")
     if info.owner != TOKEN_PROGRAM_ID:

@@ -70,7 +70,7 @@ async def _airdrop(args: argparse.Namespace, keypair: Keypair, lamports: int) ->
                 f"the RPC at {args.url} gave no airdrop ({e}): only localnet and devnet do"
             ) from None
         await rpc.confirm_transaction(sig, Confirmed)
-        balance = (await rpc.get_balance(keypair.pubkey())).value
+        balance = (await rpc.get_balance(keypair.pubkey(), Confirmed)).value
     finally:
         await rpc.close()
     data = {"pubkey": str(keypair.pubkey()), "lamports": lamports, "balance": balance}

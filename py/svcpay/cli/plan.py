@@ -7,6 +7,7 @@ from typing import Any
 
 from anchorpy.error import AccountInvalidDiscriminator
 from based58 import b58encode
+from solana.rpc.commitment import Confirmed
 from solana.rpc.types import MemcmpOpts
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
@@ -128,7 +129,7 @@ async def _create(args: argparse.Namespace, authority: Keypair) -> int:
         amount = args.amount.to_base(decimals)
         await require_token_account(billing.rpc, args.destination, "destination token account")
         address = pda.plan_address(authority.pubkey(), args.plan_id)
-        if (await billing.rpc.get_account_info(address)).value is not None:
+        if (await billing.rpc.get_account_info(address, Confirmed)).value is not None:
             raise CliError(
                 f"plan number {args.plan_id} of {authority.pubkey()} already exists at "
                 f"{address}: pick another --plan-id"
@@ -163,7 +164,7 @@ async def _list(args: argparse.Namespace) -> int:
     async with billing_client(args) as billing:
         accounts = (
             await billing.rpc.get_program_accounts(
-                billing.program_id, encoding="base64", filters=filters
+                billing.program_id, Confirmed, encoding="base64", filters=filters
             )
         ).value
     plans = sorted(

@@ -223,7 +223,7 @@ async def build_payment(
     signed by `owner` as token authority; the fee payer's signature is left for the
     facilitator."""
     mint = Pubkey.from_string(option.token)
-    mint_info = (await rpc.get_account_info(mint)).value
+    mint_info = (await rpc.get_account_info(mint, Confirmed)).value
     if mint_info is None:
         raise PaymentError(f"the token {mint} does not exist on this network")
     decimals = bytes(mint_info.data)[44]

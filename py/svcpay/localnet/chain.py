@@ -88,7 +88,9 @@ class AccountData:
 
 
 class Chain:
-    """JSON-RPC client for a (local) cluster, with a funded fee payer."""
+    """JSON-RPC client for a (local) cluster, with a funded fee payer. Every transaction is
+    waited for until `confirmed`, and every read is at `confirmed` (docs/adr/0012), so what
+    a test wrote is what it reads back, on a real cluster as on the drop-in."""
 
     def __init__(self, url: str, can_time_travel: bool = False) -> None:
         self.http = httpx.Client(timeout=30)
@@ -107,12 +109,16 @@ class Chain:
 
     # -- accounts and time ------------------------------------------------------------
     def funded_keypair(self, lamports: int = 10 * 10**9) -> Keypair:
-        kp = Keypair()
-        self._confirm(self.rpc("requestAirdrop", str(kp.pubkey()), lamports))
-        return kp
+        return self.fund(Keypair(), lamports)
+
+    def fund(self, keypair: Keypair, lamports: int = 10 * 10**9) -> Keypair:
+        """Airdrops `lamports` to `keypair` and waits until it is confirmed."""
+        self._confirm(self.rpc("requestAirdrop", str(keypair.pubkey()), lamports))
+        return keypair
 
     def account(self, address: Pubkey) -> AccountData | None:
-        value = self.rpc("getAccountInfo", str(address), {"encoding": "base64"})["value"]
+        config = {"encoding": "base64", "commitment": "confirmed"}
+        value = self.rpc("getAccountInfo", str(address), config)["value"]
         if value is None:
             return None
         return AccountData(
@@ -121,6 +127,10 @@ class Chain:
             base64.b64decode(value["data"][0]),
             value["executable"],
         )
+
+    def balance(self, address: Pubkey) -> int:
+        """Lamports at `address`, at `confirmed` (what this client waits for)."""
+        return int(self.rpc("getBalance", str(address), {"commitment": "confirmed"})["value"])
 
     def minimum_balance(self, size: int) -> int:
         return int(self.rpc("getMinimumBalanceForRentExemption", size))

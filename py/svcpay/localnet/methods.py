@@ -3,6 +3,10 @@
 Each method takes the request's `params` list and returns the `result` value, or raises
 RpcError. Only what solana-py, anchorpy and svcpay use is implemented; any other method gets
 JSON-RPC's "method not found".
+
+Reads honour `commitment` (see node.py): `processed` and `confirmed` see the tip, `finalized`
+(the default, as on a cluster) sees the state FINALITY_SLOTS behind it, and `context.slot` is
+the slot of the level read.
 """
 
 from __future__ import annotations
@@ -12,11 +16,19 @@ from collections.abc import Callable
 from typing import Any
 
 import base58
+from solders.account import Account
 from solders.pubkey import Pubkey
 
 from svcpay.localnet.methods_tx import TransactionMethods
-from svcpay.localnet.node import Node, TimeTravelError
-from svcpay.localnet.rpc_errors import INVALID_PARAMS, METHOD_NOT_FOUND, RpcError, param, pubkey
+from svcpay.localnet.node import RECENT_BLOCKHASHES, Node, TimeTravelError
+from svcpay.localnet.rpc_errors import (
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    RpcError,
+    commitment,
+    param,
+    pubkey,
+)
 
 TOKEN_PROGRAM = "TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA"
 VERSION = {"solana-core": "3.0.0-svcpay-localnet", "feature-set": 0}
@@ -38,13 +50,28 @@ class Methods(TransactionMethods):
         if fn is None:
             raise RpcError(METHOD_NOT_FOUND, "Method not found")
         with self.node.lock:
+            self.node.tick()  # slots follow the wall clock, read or write
             return fn(params)
 
-    def _context(self, value: Any) -> dict[str, Any]:
+    def _context(self, value: Any, slot: int | None = None) -> dict[str, Any]:
+        """An RpcResponse: `value` read at `slot` (default: the tip)."""
         return {
-            "context": {"apiVersion": VERSION["solana-core"], "slot": self.node.slot},
+            "context": {
+                "apiVersion": VERSION["solana-core"],
+                "slot": self.node.slot if slot is None else slot,
+            },
             "value": value,
         }
+
+    def _level(self, params: list[Any], i: int) -> tuple[dict[str, Any], str]:
+        """The config object at params[i] (optional) and the commitment it reads at, after
+        checking its minContextSlot against that level's slot."""
+        config = param(params, i, "config", {})
+        if not isinstance(config, dict):
+            raise RpcError(INVALID_PARAMS, "Invalid params: config must be an object")
+        level = commitment(config)
+        self._check_min_context_slot(config, self.node.slot_at(level))
+        return config, level
 
     # -- node ---------------------------------------------------------------------------
     def rpc_getHealth(self, params: list[Any]) -> str:
@@ -54,29 +81,30 @@ class Methods(TransactionMethods):
         return VERSION
 
     def rpc_getSlot(self, params: list[Any]) -> int:
-        self.node.tick()
-        return self.node.slot
+        _, level = self._level(params, 0)
+        return self.node.slot_at(level)
 
     def rpc_getBlockHeight(self, params: list[Any]) -> int:
         return self.rpc_getSlot(params)
 
     def rpc_getEpochInfo(self, params: list[Any]) -> dict[str, int]:
-        self.node.tick()
-        return self.node.epoch_info()
+        _, level = self._level(params, 0)
+        return self.node.epoch_info(level)
 
     def rpc_getGenesisHash(self, params: list[Any]) -> str:
         return str(Pubkey.default())
 
     def rpc_getLatestBlockhash(self, params: list[Any]) -> dict[str, Any]:
-        self.node.tick()
-        value = {
-            "blockhash": str(self.node.blockhash()),
-            "lastValidBlockHeight": self.node.slot + 150,
-        }
-        return self._context(value)
+        _, level = self._level(params, 0)
+        blockhash, slot = self.node.blockhash_at(level)
+        value = {"blockhash": blockhash, "lastValidBlockHeight": slot + RECENT_BLOCKHASHES}
+        return self._context(value, self.node.slot_at(level))
 
     def rpc_isBlockhashValid(self, params: list[Any]) -> dict[str, Any]:
-        return self._context(self.node.blockhash_is_recent(str(param(params, 0, "blockhash"))))
+        blockhash = str(param(params, 0, "blockhash"))
+        _, level = self._level(params, 1)
+        valid = self.node.blockhash_is_valid(blockhash, level)
+        return self._context(valid, self.node.slot_at(level))
 
     def rpc_getMinimumBalanceForRentExemption(self, params: list[Any]) -> int:
         size = param(params, 0, "dataLength")
@@ -87,7 +115,8 @@ class Methods(TransactionMethods):
         return int(self.node.svm.minimum_balance_for_rent_exemption(size))
 
     def rpc_getFeeForMessage(self, params: list[Any]) -> dict[str, Any]:
-        return self._context(5000)
+        _, level = self._level(params, 1)
+        return self._context(5000, self.node.slot_at(level))
 
     # -- time travel (surfpool's cheatcode) -----------------------------------------------
     def rpc_surfnet_timeTravel(self, params: list[Any]) -> dict[str, int]:
@@ -104,8 +133,7 @@ class Methods(TransactionMethods):
         return self.node.epoch_info()
 
     # -- accounts -----------------------------------------------------------------------
-    def _account_json(self, address: Pubkey, config: dict[str, Any]) -> dict[str, Any] | None:
-        acct = self.node.svm.get_account(address)
+    def _account_json(self, acct: Account | None, config: dict[str, Any]) -> dict[str, Any] | None:
         if acct is None or (acct.lamports == 0 and not acct.data):
             return None
         encoding = config.get("encoding", "base64")
@@ -138,34 +166,44 @@ class Methods(TransactionMethods):
 
     def rpc_getAccountInfo(self, params: list[Any]) -> dict[str, Any]:
         address = pubkey(param(params, 0, "pubkey"))
-        return self._context(self._account_json(address, param(params, 1, "config", {})))
+        config, level = self._level(params, 1)
+        value = self._account_json(self.node.get_account(address, level), config)
+        return self._context(value, self.node.slot_at(level))
 
     def rpc_getMultipleAccounts(self, params: list[Any]) -> dict[str, Any]:
         addresses = [pubkey(a) for a in param(params, 0, "pubkeys")]
-        config = param(params, 1, "config", {})
-        return self._context([self._account_json(a, config) for a in addresses])
+        config, level = self._level(params, 1)
+        value = [self._account_json(self.node.get_account(a, level), config) for a in addresses]
+        return self._context(value, self.node.slot_at(level))
 
     def rpc_getBalance(self, params: list[Any]) -> dict[str, Any]:
-        return self._context(self.node.svm.get_balance(pubkey(param(params, 0, "pubkey"))) or 0)
+        address = pubkey(param(params, 0, "pubkey"))
+        _, level = self._level(params, 1)
+        acct = self.node.get_account(address, level)
+        return self._context(acct.lamports if acct is not None else 0, self.node.slot_at(level))
 
     def rpc_getProgramAccounts(self, params: list[Any]) -> Any:
         program = pubkey(param(params, 0, "programId"))
-        config = param(params, 1, "config", {})
+        config, level = self._level(params, 1)
         filters = config.get("filters", [])
         out = []
-        for address, acct in self.node.svm.get_program_accounts(program):
+        for address, acct in self.node.program_accounts(program, level):
             data = bytes(acct.data)
             if all(_matches(f, data) for f in filters):
-                out.append({"pubkey": str(address), "account": self._account_json(address, config)})
-        return self._context(out) if config.get("withContext") else out
+                out.append({"pubkey": str(address), "account": self._account_json(acct, config)})
+        return self._context(out, self.node.slot_at(level)) if config.get("withContext") else out
 
     def rpc_getTokenAccountBalance(self, params: list[Any]) -> dict[str, Any]:
         address = pubkey(param(params, 0, "pubkey"))
-        acct = self.node.svm.get_account(address)
+        config = param(params, 1, "config", {})
+        if not isinstance(config, dict):
+            raise RpcError(INVALID_PARAMS, "Invalid params: config must be an object")
+        level = commitment(config)  # its only option: no minContextSlot here
+        acct = self.node.get_account(address, level)
         if acct is None or str(acct.owner) != TOKEN_PROGRAM or len(acct.data) != 165:
             raise RpcError(INVALID_PARAMS, "Invalid param: not a Token account")
         data = bytes(acct.data)
-        mint = self.node.svm.get_account(Pubkey.from_bytes(data[:32]))
+        mint = self.node.get_account(Pubkey.from_bytes(data[:32]), level)
         decimals = bytes(mint.data)[44] if mint is not None else 0
         amount = int.from_bytes(data[64:72], "little")
         ui = amount / 10**decimals
@@ -180,7 +218,8 @@ class Methods(TransactionMethods):
                 "decimals": decimals,
                 "uiAmount": ui,
                 "uiAmountString": ui_string,
-            }
+            },
+            self.node.slot_at(level),
         )
 
     def rpc_requestAirdrop(self, params: list[Any]) -> str:

@@ -1,4 +1,9 @@
-"""Transaction methods of the drop-in validator: send, simulate, statuses, history."""
+"""Transaction methods of the drop-in validator: send, simulate, statuses, history.
+
+A landed transaction is `confirmed` at once and `finalized` FINALITY_SLOTS later (node.py):
+getSignatureStatuses says which; getTransaction and getSignaturesForAddress at `finalized`
+(their default) see only finalized ones, as on a cluster.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from solders.message import MessageHeader, MessageV0
 from solders.transaction import VersionedTransaction
 
 from svcpay.localnet import parsed
-from svcpay.localnet.node import BlockhashNotFound, Node, TxRecord
+from svcpay.localnet.node import CONFIRMED, FINALIZED, BlockhashNotFound, Node, TxRecord
 from svcpay.localnet.rpc_errors import (
     INVALID_PARAMS,
     MIN_CONTEXT_SLOT_NOT_REACHED,
@@ -53,7 +58,7 @@ RESERVED_ACCOUNT_KEYS = frozenset(
 class TransactionMethods:
     node: Node
 
-    def _context(self, value: Any) -> dict[str, Any]:
+    def _context(self, value: Any, slot: int | None = None) -> dict[str, Any]:
         raise NotImplementedError
 
     # -- transactions -------------------------------------------------------------------
@@ -113,18 +118,22 @@ class TransactionMethods:
             ) from e
 
     def rpc_getSignatureStatuses(self, params: list[Any]) -> dict[str, Any]:
-        statuses = []
+        """Each landed transaction as a cluster reports it: `confirmed` with the slots built
+        on it as `confirmations`, then `finalized` with `confirmations` null."""
+        statuses: list[dict[str, Any] | None] = []
         for sig in param(params, 0, "signatures"):
             rec = self.node.record(str(sig))
+            if rec is None:
+                statuses.append(None)
+                continue
+            final = self.node.is_finalized(rec)
             statuses.append(
-                None
-                if rec is None
-                else {
+                {
                     "slot": rec.slot,
-                    "confirmations": None,
+                    "confirmations": None if final else self.node.slot - rec.slot,
                     "err": rec.err,
                     "status": {"Ok": None} if rec.err is None else {"Err": rec.err},
-                    "confirmationStatus": "finalized",
+                    "confirmationStatus": FINALIZED if final else CONFIRMED,
                 }
             )
         return self._context(statuses)
@@ -134,13 +143,15 @@ class TransactionMethods:
         config = param(params, 1, "config", {})
         if isinstance(config, str):  # legacy form: the encoding alone
             config = {"encoding": config}
-        check_commitment(config)
+        if not isinstance(config, dict):
+            raise RpcError(INVALID_PARAMS, "Invalid params: config must be an object")
+        level = check_commitment(config)
         encoding = config.get("encoding") or "json"
         if encoding not in _ENCODINGS:
             raise RpcError(
                 INVALID_PARAMS,
                 f"Invalid params: unknown variant `{encoding}`, expected one of "
-                "`binary`, `base64`, `base58`, `json`, `jsonParsed`",
+                "`binary`, `base64`, `base58`, `json`, `jsonParsed`.",
             )
         max_version = config.get("maxSupportedTransactionVersion")
         if max_version is not None and (
@@ -148,8 +159,8 @@ class TransactionMethods:
         ):
             raise RpcError(INVALID_PARAMS, "Invalid params: maxSupportedTransactionVersion")
         rec = self.node.record(sig)
-        if rec is None:
-            return None
+        if rec is None or not self.node.visible(rec, level):
+            return None  # at finalized, a confirmed transaction is not there yet
         tx = VersionedTransaction.from_bytes(rec.raw)
         v0 = isinstance(tx.message, MessageV0)
         if v0 and max_version is None:
@@ -180,12 +191,14 @@ class TransactionMethods:
     def rpc_getSignaturesForAddress(self, params: list[Any]) -> list[dict[str, Any]]:
         """Signatures of the landed transactions naming `address` (failed ones too), newest
         first: at most `limit` (1..1000, default 1000), older than `before`, newer than
-        `until`. An unknown `before` finds nothing; an unknown `until` bounds nothing."""
+        `until`. An unknown `before` finds nothing; an unknown `until` bounds nothing. At
+        finalized (the default) only finalized transactions are listed, and a `before` or
+        `until` not yet finalized is unknown; each carries its own confirmationStatus."""
         address = str(pubkey(param(params, 0, "address")))
         config = param(params, 1, "config", {})
         if not isinstance(config, dict):
             raise RpcError(INVALID_PARAMS, "Invalid params: config must be an object")
-        check_commitment(config)
+        level = check_commitment(config)
         limit = config.get("limit")
         limit = MAX_SIGNATURES if limit is None else limit  # null is the default too
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
@@ -196,37 +209,40 @@ class TransactionMethods:
         until = config.get("until")
         before = str(signature(before)) if before is not None else None
         until = str(signature(until)) if until is not None else None
-        self._check_min_context_slot(config)
-        history = self.node.history
+        self._check_min_context_slot(config, self.node.slot_at(level))
+        node, history = self.node, self.node.history
         newest, oldest = len(history) + 1, 0  # exclusive bounds on TxRecord.order
         if before is not None:
-            if before not in history:
+            if before not in history or not node.visible(history[before], level):
                 return []
             newest = history[before].order
-        if until is not None and until in history:
+        if until is not None and until in history and node.visible(history[until], level):
             oldest = history[until].order
         out: list[dict[str, Any]] = []
-        for sig in reversed(self.node.by_address.get(address, [])):
+        for sig in reversed(node.by_address.get(address, [])):
             rec = history[sig]
-            if rec.order >= newest:
+            if rec.order >= newest or not node.visible(rec, level):
                 continue
             if rec.order <= oldest or len(out) == limit:
                 break
+            status = FINALIZED if node.is_finalized(rec) else CONFIRMED
             out.append(
                 {"signature": sig, "slot": rec.slot, "err": rec.err, "memo": rec.memo,
-                 "blockTime": rec.block_time, "confirmationStatus": "finalized"}
+                 "blockTime": rec.block_time, "confirmationStatus": status}
             )  # fmt: skip
         return out
 
-    def _check_min_context_slot(self, config: dict[str, Any]) -> None:
+    def _check_min_context_slot(self, config: dict[str, Any], slot: int) -> None:
+        """-32016 unless the slot read (that of the commitment level) is at least the
+        config's minContextSlot."""
         wanted = config.get("minContextSlot")
-        if wanted is not None and not isinstance(wanted, int):
+        if wanted is not None and (not isinstance(wanted, int) or isinstance(wanted, bool)):
             raise RpcError(INVALID_PARAMS, "Invalid params: minContextSlot must be a slot")
-        if wanted is not None and self.node.slot < wanted:
+        if wanted is not None and slot < wanted:
             raise RpcError(
                 MIN_CONTEXT_SLOT_NOT_REACHED,
                 "Minimum context slot has not been reached",
-                {"contextSlot": self.node.slot},
+                {"contextSlot": slot},
             )
 
 

@@ -1,5 +1,15 @@
 """The state behind the drop-in validator: LiteSVM with mainnet's features, a clock, history.
 
+Commitment, as a single-node cluster has it: `processed` and `confirmed` are the current state
+(a transaction is confirmed as soon as it lands, so the drop-in stays fast); `finalized` is the
+state as of slot F = slot - FINALITY_SLOTS. LiteSVM keeps only the current state, so the node
+keeps, for every account written after F, its pre-image: the account as it was before the
+first transaction of a slot > F wrote it (None: it did not exist). A finalized read returns
+that pre-image where there is one, else the current account. Pre-images at or below F are
+dropped as slots pass, so memory stays bounded (a burst of writes is held for ~13 s); time
+travel jumps the slot far ahead and so finalizes everything. Sysvars (the Clock) are not
+versioned: they read at the current slot at every level.
+
 Runs in its own environment (solders 0.29, whose LiteSVM loads SBPF v3 and knows mainnet's
 feature set); imports nothing of svcpay but this package. One lock serialises all access:
 LiteSVM is not thread-safe and a validator processes transactions in order anyway.
@@ -11,6 +21,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +31,7 @@ from solders.clock import Clock
 from solders.hash import Hash
 from solders.keypair import Keypair
 from solders.litesvm import LiteSVM
-from solders.message import Message
+from solders.message import Message, MessageV0, MessageV1
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 from solders.system_program import TransferParams, transfer
@@ -34,6 +45,12 @@ SLOTS_PER_EPOCH = 432_000
 RECENT_BLOCKHASHES = 150  # how long a blockhash stays usable, as on a real cluster
 FAUCET_LAMPORTS = 500_000_000 * 10**9  # solana-test-validator's faucet holds 500M SOL
 UNPROCESSED = str(Signature.default())  # LiteSVM's signature for a transaction it dropped
+# How far `finalized` lags the tip. A slot is rooted once 31 more votes stack on it (Tower
+# BFT's MAX_LOCKOUT_HISTORY), so solana-test-validator finalizes ~32 slots (~13 s) behind.
+FINALITY_SLOTS = 32
+PROCESSED, CONFIRMED, FINALIZED = "processed", "confirmed", "finalized"
+COMMITMENTS = (PROCESSED, CONFIRMED, FINALIZED)
+LOOKUP_TABLE_META_SIZE = 56  # an address lookup table's header; its addresses follow
 
 # (program id index, account indexes, data, stack height) of one inner instruction
 InnerInstruction = tuple[int, list[int], bytes, int | None]
@@ -79,12 +96,19 @@ class Node:
         self.lock = threading.RLock()
         # LiteSVM accepts only its latest blockhash; a cluster accepts the last 150.
         self.svm = LiteSVM().with_mainnet_features().with_blockhash_check(False)
-        self.recent: deque[str] = deque(maxlen=RECENT_BLOCKHASHES)
+        # the last RECENT_BLOCKHASHES blockhashes, oldest first, each with the slot it began
+        self.recent: dict[str, int] = {}
         for program_id, path in programs:
             self.svm.add_program(program_id, path.read_bytes())
         self.genesis_ms = int(time.time() * 1000)
         self.offset_ms = 0  # added to wall time by time travel
         self.slot = 0
+        self._clock_at = (-1, -1)  # the (slot, unix time) the Clock sysvar was last set to
+        # address -> [(slot, the account before that slot's first write)], oldest first,
+        # for slots after the finalized one only (see the module's docstring)
+        self.pre_images: dict[Pubkey, deque[tuple[int, Account | None]]] = {}
+        self._unfinalized: deque[tuple[int, Pubkey]] = deque()  # those entries, in order
+        self._unfinalized_txs: deque[int] = deque()  # slots of the landed, not finalized
         self.history: dict[str, TxRecord] = {}
         # address -> signatures of the landed transactions naming it, oldest first
         self.by_address: dict[str, list[str]] = {}
@@ -93,7 +117,7 @@ class Node:
             self.faucet.pubkey(), Account(FAUCET_LAMPORTS, b"", Pubkey.from_string(parsed.SYSTEM))
         )
         self.transaction_count = 0
-        self.recent.append(str(self.svm.latest_blockhash()))
+        self.recent[str(self.svm.latest_blockhash())] = self.slot
         self.tick()
 
     # -- time -------------------------------------------------------------------------
@@ -104,16 +128,19 @@ class Node:
         """Moves the slot and the Clock sysvar to the present (wall time plus travel)."""
         now = self.now_ms()
         slot = max(self.slot, (now - self.genesis_ms) // SLOT_MS)
-        self._set_clock(slot, now // 1000)
+        if (slot, now // 1000) != self._clock_at:  # cheap when called again within a slot
+            self._set_clock(slot, now // 1000)
 
     def _set_clock(self, slot: int, unix_timestamp: int) -> None:
+        self._clock_at = (slot, unix_timestamp)
         if slot > self.slot and self.recent:
-            self._new_block()  # one blockhash per slot, as on a cluster
+            self._new_block(slot)  # one blockhash per slot, as on a cluster
         self.slot = slot
         epoch = slot // SLOTS_PER_EPOCH
         old = self.svm.get_clock()
         ts = max(unix_timestamp, old.unix_timestamp)  # the clock never runs backwards
         self.svm.set_clock(Clock(slot, old.epoch_start_timestamp, epoch, epoch + 1, ts))
+        self._finalize()
 
     def time_travel(self, config: dict[str, int]) -> None:
         """surfnet_timeTravel: `absoluteTimestamp` (ms), `absoluteSlot` or `absoluteEpoch`."""
@@ -134,15 +161,136 @@ class Node:
         self.offset_ms += target_ms - current
         self.tick()
 
-    def epoch_info(self) -> dict[str, int]:
+    def epoch_info(self, commitment: str = CONFIRMED) -> dict[str, int]:
+        slot = self.slot_at(commitment)
+        count = self.transaction_count
+        if commitment == FINALIZED:
+            count -= len(self._unfinalized_txs)
         return {
-            "absoluteSlot": self.slot,
-            "blockHeight": self.slot,
-            "epoch": self.slot // SLOTS_PER_EPOCH,
-            "slotIndex": self.slot % SLOTS_PER_EPOCH,
+            "absoluteSlot": slot,
+            "blockHeight": slot,
+            "epoch": slot // SLOTS_PER_EPOCH,
+            "slotIndex": slot % SLOTS_PER_EPOCH,
             "slotsInEpoch": SLOTS_PER_EPOCH,
-            "transactionCount": self.transaction_count,
+            "transactionCount": count,
         }
+
+    # -- commitment -------------------------------------------------------------------
+    def finalized_slot(self) -> int:
+        """F, the slot `finalized` reads: 0 (genesis) until FINALITY_SLOTS have passed."""
+        return max(0, self.slot - FINALITY_SLOTS)
+
+    def _final_through(self) -> int:
+        """The newest slot whose transactions are finalized: below 0 for the first
+        FINALITY_SLOTS, as transactions land in slot 0 here (a cluster's is genesis)."""
+        return self.slot - FINALITY_SLOTS
+
+    def slot_at(self, commitment: str) -> int:
+        """The slot a read at `commitment` sees: the tip, or the finalized slot."""
+        return self.finalized_slot() if commitment == FINALIZED else self.slot
+
+    def is_finalized(self, record: TxRecord) -> bool:
+        return record.slot <= self._final_through()
+
+    def visible(self, record: TxRecord, commitment: str) -> bool:
+        """Whether a read at `commitment` sees the landed transaction."""
+        return commitment != FINALIZED or self.is_finalized(record)
+
+    def get_account(self, address: Pubkey, commitment: str) -> Account | None:
+        """The account as of the slot `commitment` reads (None: it does not exist)."""
+        if commitment == FINALIZED and (images := self.pre_images.get(address)):
+            return images[0][1]
+        account: Account | None = self.svm.get_account(address)
+        return account
+
+    def program_accounts(self, program: Pubkey, commitment: str) -> list[tuple[Pubkey, Account]]:
+        """The accounts `program` owns as of the slot `commitment` reads: at finalized, those
+        written since show their pre-image (gone if they did not exist or belonged to another
+        program) and those closed or reassigned since are back."""
+        current: list[tuple[Pubkey, Account]] = self.svm.get_program_accounts(program)
+        if commitment != FINALIZED or not self.pre_images:
+            return current
+        out = []
+        for address, account in current:
+            images = self.pre_images.get(address)
+            if images is None:
+                out.append((address, account))
+            elif (old := images[0][1]) is not None and old.owner == program:
+                out.append((address, old))
+        owned_now = {address for address, _ in current}
+        for address, images in self.pre_images.items():
+            old = images[0][1]
+            if old is not None and old.owner == program and address not in owned_now:
+                out.append((address, old))
+        return out
+
+    def blockhash_at(self, commitment: str) -> tuple[str, int]:
+        """(blockhash, the slot it began) of the newest block `commitment` sees; at finalized
+        the oldest recent one if none is that old (just after genesis)."""
+        if commitment != FINALIZED:
+            return str(self.blockhash()), self.slot
+        final = self.finalized_slot()
+        for blockhash, slot in reversed(self.recent.items()):
+            if slot <= final:
+                return blockhash, slot
+        oldest = next(iter(self.recent))
+        return oldest, self.recent[oldest]
+
+    def blockhash_is_valid(self, blockhash: str, commitment: str) -> bool:
+        """isBlockhashValid: recent, and known to the bank `commitment` reads."""
+        slot = self.recent.get(blockhash)
+        return slot is not None and slot <= self.slot_at(commitment)
+
+    def _writable(self, message: Message | MessageV0 | MessageV1) -> list[Pubkey]:
+        """The accounts `message` may write: writable by its header (a superset of what the
+        runtime locks) and, for v0, the writable addresses it loads from lookup tables."""
+        header, keys = message.header, message.account_keys
+        signed = header.num_required_signatures
+        writable_signed = signed - header.num_readonly_signed_accounts
+        writable_end = len(keys) - header.num_readonly_unsigned_accounts
+        out = [
+            key for i, key in enumerate(keys) if i < writable_signed or signed <= i < writable_end
+        ]
+        if isinstance(message, MessageV0):
+            for lookup in message.address_table_lookups:
+                table = self.svm.get_account(lookup.account_key)
+                if table is None:
+                    continue
+                listed = bytes(table.data)[LOOKUP_TABLE_META_SIZE:]
+                for i in bytes(lookup.writable_indexes):
+                    if 32 * (i + 1) <= len(listed):
+                        out.append(Pubkey.from_bytes(listed[32 * i : 32 * (i + 1)]))
+        return out
+
+    def _pre_images(self, addresses: Iterable[Pubkey]) -> list[tuple[Pubkey, Account | None]]:
+        """The current accounts at `addresses`, except those already imaged in this slot (a
+        finalized read needs only the state before a slot's first write)."""
+        slot, known = self.slot, self.pre_images
+        return [
+            (address, self.svm.get_account(address))
+            for address in dict.fromkeys(addresses)
+            if (images := known.get(address)) is None or images[-1][0] != slot
+        ]
+
+    def _remember(self, images: list[tuple[Pubkey, Account | None]]) -> None:
+        slot = self.slot
+        self._unfinalized_txs.append(slot)
+        for address, account in images:
+            self.pre_images.setdefault(address, deque()).append((slot, account))
+            self._unfinalized.append((slot, address))
+
+    def _finalize(self) -> None:
+        """Drops what the finalized state no longer needs: pre-images at or below F."""
+        final = self._final_through()
+        pending, txs = self._unfinalized, self._unfinalized_txs
+        while pending and pending[0][0] <= final:
+            _, address = pending.popleft()
+            images = self.pre_images[address]
+            images.popleft()
+            if not images:
+                del self.pre_images[address]
+        while txs and txs[0] <= final:
+            txs.popleft()
 
     # -- transactions -----------------------------------------------------------------
     def blockhash(self) -> Hash:
@@ -152,9 +300,11 @@ class Node:
     def blockhash_is_recent(self, blockhash: str) -> bool:
         return blockhash in self.recent
 
-    def _new_block(self) -> None:
+    def _new_block(self, slot: int) -> None:
         self.svm.expire_blockhash()
-        self.recent.append(str(self.svm.latest_blockhash()))
+        self.recent[str(self.svm.latest_blockhash())] = slot
+        if len(self.recent) > RECENT_BLOCKHASHES:
+            del self.recent[next(iter(self.recent))]
 
     def simulate(self, tx: VersionedTransaction) -> tuple[Any, list[str], int]:
         """(err JSON or None, logs, compute units) of running `tx` without committing it."""
@@ -181,6 +331,7 @@ class Node:
         programs = {ix.program_id_index for ix in tx.message.instructions}
         pre = [self.svm.get_balance(a) or 0 for a in addresses]
         pre_tokens = self._token_balances(addresses, programs)
+        images = self._pre_images(self._writable(tx.message))
         result = self.svm.send_transaction(tx)
         if isinstance(result, FailedTransactionMetadata):
             err = json.loads(result.to_json())["err"]
@@ -230,6 +381,7 @@ class Node:
             self.history[record.signature] = record
             self.transaction_count += 1
             record.order = self.transaction_count
+            self._remember(images)
             for key in dict.fromkeys(keys):
                 self.by_address.setdefault(key, []).append(record.signature)
         return record

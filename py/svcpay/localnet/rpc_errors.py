@@ -8,6 +8,8 @@ import base58
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
+from svcpay.localnet.node import COMMITMENTS, FINALIZED, PROCESSED
+
 INVALID_PARAMS = -32602
 METHOD_NOT_FOUND = -32601
 SIMULATION_FAILED = -32002
@@ -51,14 +53,38 @@ def signature(text: Any) -> Signature:
     return Signature.from_bytes(_decode(text, 64))
 
 
-def check_commitment(config: dict[str, Any]) -> None:
-    """History methods answer only at `confirmed` or `finalized` (the default)."""
-    commitment = config.get("commitment") or "finalized"
-    if commitment == "processed":
+def commitment(config: dict[str, Any]) -> str:
+    """The `commitment` of a method's config object, as Agave reads it: `finalized` when
+    absent or null. The levels deprecated in 1.5 (recent, single, singleGossip, root, max)
+    left the RPC with Agave 2.0, which refuses them like any unknown string."""
+    level = config.get("commitment")
+    if level is None:
+        return FINALIZED
+    if isinstance(level, str) and level in COMMITMENTS:
+        return level
+    got = (
+        f"unknown variant `{level}`" if isinstance(level, str) else f"invalid type: {_kind(level)}"
+    )
+    raise RpcError(
+        INVALID_PARAMS,
+        f"Invalid params: {got}, expected one of `processed`, `confirmed`, `finalized`.",
+    )
+
+
+def check_commitment(config: dict[str, Any]) -> str:
+    """History methods answer only at `confirmed` or `finalized` (the default): the level."""
+    level = commitment(config)
+    if level == PROCESSED:
         raise RpcError(INVALID_PARAMS, "Method does not support commitment below `confirmed`")
-    if commitment not in ("confirmed", "finalized"):
-        raise RpcError(
-            INVALID_PARAMS,
-            f"Invalid params: unknown variant `{commitment}`, "
-            "expected one of `processed`, `confirmed`, `finalized`",
-        )
+    return level
+
+
+def _kind(value: Any) -> str:
+    """A JSON value as serde names it in an "invalid type" error."""
+    if isinstance(value, bool):
+        return f"boolean `{str(value).lower()}`"
+    if isinstance(value, int):
+        return f"integer `{value}`"
+    if isinstance(value, float):
+        return f"floating point `{value}`"
+    return "map" if isinstance(value, dict) else "sequence"

@@ -161,7 +161,7 @@ class BillingClient:
 
     # -- reads ----------------------------------------------------------------------
     async def _data(self, address: Pubkey) -> bytes | None:
-        info = (await self.rpc.get_account_info(address)).value
+        info = (await self.rpc.get_account_info(address, Confirmed)).value
         return bytes(info.data) if info is not None and info.owner == self.program_id else None
 
     async def fetch_plan(self, plan: Pubkey) -> Plan | None:
@@ -198,7 +198,9 @@ class BillingClient:
         if plan is not None:
             filters.append(MemcmpOpts(offset=8, bytes=str(plan)))
         accounts = (
-            await self.rpc.get_program_accounts(self.program_id, encoding="base64", filters=filters)
+            await self.rpc.get_program_accounts(
+                self.program_id, Confirmed, encoding="base64", filters=filters
+            )
         ).value
         due = []
         for keyed in accounts:
@@ -210,7 +212,7 @@ class BillingClient:
 
     async def chain_time(self) -> int:
         """The Clock sysvar's unix_timestamp (it may differ from this machine's clock)."""
-        info = (await self.rpc.get_account_info(CLOCK_SYSVAR)).value
+        info = (await self.rpc.get_account_info(CLOCK_SYSVAR, Confirmed)).value
         if info is None:
             return int(time.time())
         return int.from_bytes(bytes(info.data)[32:40], "little", signed=True)

@@ -10,14 +10,14 @@ import sys
 from pathlib import Path
 
 import httpx
-import pytest
 from solders.keypair import Keypair
 
 from svcpay.localnet.process import Localnet
 from svcpay.program import instructions, pda
 from tests.cli.conftest import Cli, keyfile
-from tests.support.billing import DAY, USDC, create_plan_ix
+from tests.support.billing import USDC, create_plan_ix
 from tests.support.chain import Chain
+from tests.support.clock import Clock
 
 
 def test_migrate_then_provider_create_prints_a_working_key_once(
@@ -105,16 +105,13 @@ def test_serve_runs_the_api_until_interrupted(
 
 
 def test_crank_collects_the_registered_plans_due_subscriptions(
-    cli: Cli, chain: Chain, tmp_path: Path
+    cli: Cli, chain: Chain, clock: Clock, tmp_path: Path
 ) -> None:
-    if not chain.can_time_travel:
-        pytest.skip("needs the drop-in validator's time travel")
     facilitator, provider = chain.funded_keypair(), chain.funded_keypair()
     mint = chain.create_mint()
     destination = chain.token_account(provider.pubkey(), mint)
-    ix = create_plan_ix(
-        provider.pubkey(), 5, mint, destination, facilitator.pubkey(), USDC, 30 * DAY
-    )
+    period = clock.days(3)
+    ix = create_plan_ix(provider.pubkey(), 5, mint, destination, facilitator.pubkey(), USDC, period)
     chain.send_ok([ix], [provider])
     plan = pda.plan_address(provider.pubkey(), 5)
     for _ in range(3):
@@ -123,7 +120,7 @@ def test_crank_collects_the_registered_plans_due_subscriptions(
         chain.send_ok([instructions.subscribe(plan, kp.pubkey(), wallet, mint, destination)], [kp])
     db = f"sqlite:///{tmp_path / 'f.db'}"
     cli.ok("facilitator", "provider", "create", "acme", "--plan", str(plan), "--database", db)
-    chain.advance_to(chain.unix_timestamp() + 30 * DAY)
+    clock.advance(period)
 
     run = cli("facilitator", "crank", "--database", db, "--json",
               "--keypair", keyfile(tmp_path, facilitator))  # fmt: skip

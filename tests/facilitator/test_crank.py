@@ -13,28 +13,33 @@ from svcpay.localnet.process import Localnet
 from svcpay.program.client import BillingClient, status_name
 from tests.support.billing import DAY, USDC
 from tests.support.chain import Chain
+from tests.support.clock import Clock
 
 pytestmark = pytest.mark.anyio
-PERIOD = 30 * DAY
 
 
 async def subscribers(
-    chain: Chain, client: BillingClient, n: int, broke: int = 0
+    chain: Chain, client: BillingClient, period: int, n: int, broke: int = 0
 ) -> tuple[Pubkey, Keypair, list[Pubkey]]:
-    """A plan with `n` subscribers who can pay the renewal and `broke` who cannot."""
+    """A plan with `n` subscribers who can pay the renewal and `broke` who cannot. They
+    subscribe together, so on the real validator their periods end within a second or so."""
     provider, facilitator = chain.funded_keypair(), chain.funded_keypair()
     mint = chain.create_mint()
     destination = chain.token_account(provider.pubkey(), mint)
     plan = await client.create_plan(
         provider, plan_id=1, mint=mint, destination=destination,
-        billing_authority=facilitator.pubkey(), amount=USDC, period_secs=PERIOD, grace_secs=DAY,
+        billing_authority=facilitator.pubkey(), amount=USDC, period_secs=period, grace_secs=DAY,
     )  # fmt: skip
-    subs = []
-    for i in range(n + broke):
-        kp = chain.funded_keypair()
+    wallets = [chain.funded_keypair() for _ in range(n + broke)]
+    for i, kp in enumerate(wallets):
         chain.token_account(kp.pubkey(), mint, 2 * USDC if i < n else USDC)
-        subs.append(await client.subscribe(plan, kp, max_overage=USDC if i % 3 == 0 else None))
-    return plan, facilitator, subs
+    subs = await asyncio.gather(
+        *(
+            client.subscribe(plan, kp, max_overage=USDC if i % 3 == 0 else None)
+            for i, kp in enumerate(wallets)
+        )
+    )
+    return plan, facilitator, list(subs)
 
 
 def test_packing_stays_within_the_transaction_size_limit() -> None:
@@ -56,15 +61,13 @@ def test_packing_stays_within_the_transaction_size_limit() -> None:
 
 
 async def test_a_run_renews_every_due_subscription_and_records_failures(
-    chain: Chain, client: BillingClient
+    chain: Chain, clock: Clock, client: BillingClient
 ) -> None:
-    if not chain.can_time_travel:
-        pytest.skip("needs the drop-in validator's time travel")
-    plan, facilitator, subs = await subscribers(chain, client, n=7, broke=1)
-    assert (await run_once(client, facilitator, plan, now=chain.unix_timestamp())).due == 0
+    period = clock.days(5)
+    plan, facilitator, subs = await subscribers(chain, client, period, n=7, broke=1)
+    assert (await run_once(client, facilitator, plan, now=clock.now())).due == 0
 
-    later = chain.unix_timestamp() + PERIOD
-    chain.advance_to(later)
+    later = clock.advance(period)
     seen: list[int] = []
     summary = await run_once(
         client, facilitator, plan, now=later, progress=lambda s: seen.append(s.transactions)
@@ -80,15 +83,15 @@ async def test_a_run_renews_every_due_subscription_and_records_failures(
 
 
 async def test_racing_cranks_charge_each_subscription_once(
-    chain: Chain, client: BillingClient, validator: Localnet
+    chain: Chain, clock: Clock, client: BillingClient, validator: Localnet
 ) -> None:
-    if not chain.can_time_travel:
-        pytest.skip("needs the drop-in validator's time travel")
-    plan, facilitator, subs = await subscribers(chain, client, n=6)
-    later = chain.unix_timestamp() + PERIOD
-    chain.advance_to(later)
+    # On the real validator the period must outlast the race: a renewed subscription is
+    # not due again before the losing crank's collect lands (NotDue).
+    period = clock.days(6)
+    plan, facilitator, subs = await subscribers(chain, client, period, n=6)
     other = BillingClient.connect(validator.url)
     second_payer = chain.funded_keypair()
+    later = clock.advance(period)
     first, second = await asyncio.gather(
         run_once(client, facilitator, plan, now=later),
         run_once(other, second_payer, plan, now=later),

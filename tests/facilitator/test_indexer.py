@@ -21,6 +21,7 @@ from svcpay.program.client import BillingClient
 from svcpay.program.generated.program_id import PROGRAM_ID
 from tests.support.billing import DAY, USDC
 from tests.support.chain import Chain
+from tests.support.clock import Clock
 
 pytestmark = pytest.mark.anyio
 
@@ -63,14 +64,10 @@ def ours(events: list[ChainEvent], plan: Pubkey, subs: set[str]) -> list[ChainEv
     ]
 
 
-@pytest.fixture
-def period(chain: Chain) -> int:
-    return 30 * DAY if chain.can_time_travel else 4
-
-
 async def test_every_event_is_read_back_oldest_first(
-    chain: Chain, client: BillingClient, period: int
+    chain: Chain, clock: Clock, client: BillingClient
 ) -> None:
+    period = clock.days(4)  # and grace: nothing is checked before either ends
     start = await head(client)
     provider, facilitator, cranker = (chain.funded_keypair() for _ in range(3))
     mint = chain.create_mint()
@@ -96,12 +93,12 @@ async def test_every_event_is_read_back_oldest_first(
     await client.resume(alice_sub, provider)
 
     ends = [(await client.fetch_subscription(s)) for s in (alice_sub, bob_sub)]
-    chain.advance_to(max(s.current_period_end for s in ends if s is not None))
+    clock.advance_to(max(s.current_period_end for s in ends if s is not None))
     await client.collect(alice_sub, cranker)  # renewed
     await client.collect(bob_sub, cranker)  # cannot pay: past due
     bob_state = await client.fetch_subscription(bob_sub)
     assert bob_state is not None
-    chain.advance_to(bob_state.past_due_since + period + 1)
+    clock.advance_to(bob_state.past_due_since + period + 1)
     await client.collect(bob_sub, cranker)  # grace over: expired
     await client.close_subscription(bob_sub, bob)
     await client.cancel(alice_sub, alice)

@@ -1,6 +1,6 @@
 """The facilitator service end to end on the local validator, on SQLite and PostgreSQL:
-settlement that survives duplicates and restarts, renewals over 30 days of clock, metered
-usage reported by a provider, webhooks to a receiver that fails at first."""
+settlement that survives duplicates and restarts, renewals as the clock passes a period,
+metered usage reported by a provider, webhooks to a receiver that fails at first."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from svcpay.protocol.models import PaymentOption
 from svcpay.webhooks import SIGNATURE_HEADER, verify_webhook
 from tests.support.billing import DAY, USDC
 from tests.support.chain import Chain
+from tests.support.clock import Clock
 from tests.support.facilitator import InProcessFacilitator, in_process_facilitator
 
 pytestmark = pytest.mark.anyio
@@ -47,13 +48,16 @@ class Shop:
     def auth(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"}
 
-    async def plan(self, plan_id: int, *, grace_secs: int = DAY, register: bool = True) -> Pubkey:
-        """A 30-day plan at 1 USDC billed by the facilitator (registered to the provider
-        unless `register` is False)."""
+    async def plan(
+        self, plan_id: int, *, period_secs: int = 30 * DAY, grace_secs: int = DAY,
+        register: bool = True,
+    ) -> Pubkey:  # fmt: skip
+        """A plan at 1 USDC a period (30 days unless given) billed by the facilitator
+        (registered to the provider unless `register` is False)."""
         service = self.fac.service
         plan = await service.billing.create_plan(
             self.provider, plan_id=plan_id, mint=self.mint, destination=self.destination,
-            billing_authority=service.keypair.pubkey(), amount=USDC, period_secs=30 * DAY,
+            billing_authority=service.keypair.pubkey(), amount=USDC, period_secs=period_secs,
             grace_secs=grace_secs,
         )  # fmt: skip
         if register:
@@ -176,19 +180,20 @@ async def test_a_restart_between_sending_and_answering_loses_nothing(
         await restarted.aclose()
 
 
-async def test_renewals_over_thirty_days_with_a_failure_and_recovery(
-    shop: Shop, chain: Chain
+async def test_renewals_over_a_period_with_a_failure_and_recovery(
+    shop: Shop, chain: Chain, clock: Clock
 ) -> None:
-    if not chain.can_time_travel:
-        pytest.skip("needs the drop-in validator's time travel")
     service, billing = shop.fac.service, shop.fac.service.billing
-    plan = await shop.plan(7, grace_secs=3 * DAY)
+    # On the real validator the period must outlast the runs below (the rich subscription
+    # is not due again), and grace the few transactions before the recovery.
+    period = clock.days(8)
+    plan = await shop.plan(7, period_secs=period, grace_secs=clock.days(6))
     rich, poor = chain.funded_keypair(), chain.funded_keypair()
     chain.token_account(rich.pubkey(), shop.mint, 3 * USDC)
     poor_token = chain.token_account(poor.pubkey(), shop.mint, USDC)
     subs = [await billing.subscribe(plan, kp) for kp in (rich, poor)]
 
-    chain.advance_to(chain.unix_timestamp() + 30 * DAY)
+    clock.advance(period)
     summary = await service.crank_once()
     assert (summary.renewed, summary.renewal_failed) == (1, 1)
     assert status_name(await billing.fetch_subscription(subs[1])) == "PastDue"  # type: ignore[arg-type]
@@ -197,7 +202,7 @@ async def test_renewals_over_thirty_days_with_a_failure_and_recovery(
     assert (await service.crank_once()).transactions == 0  # it waits for its retry time
 
     chain.mint_to(shop.mint, poor_token, USDC)  # the subscriber tops up
-    chain.advance_to(chain.unix_timestamp() + DAY)
+    clock.advance(clock.days(1))
     await service.store.release_subscription(str(subs[1]))  # as if its retry time had come
     summary = await service.crank_once()
     assert summary.renewed == 1
@@ -322,20 +327,20 @@ async def test_webhooks_reach_a_receiver_that_fails_at_first(
 
 
 async def test_two_instances_crank_together_without_double_work(
-    shop: Shop, chain: Chain, database_url: str
+    shop: Shop, chain: Chain, clock: Clock, database_url: str
 ) -> None:
-    if not chain.can_time_travel:
-        pytest.skip("needs the drop-in validator's time travel")
     service, billing = shop.fac.service, shop.fac.service.billing
-    plan = await shop.plan(9)
-    subs = []
-    for _ in range(12):
-        kp = chain.funded_keypair()
+    period = clock.days(6)
+    plan = await shop.plan(9, period_secs=period)
+    wallets = [chain.funded_keypair() for _ in range(12)]
+    for kp in wallets:
         chain.token_account(kp.pubkey(), shop.mint, 2 * USDC)
-        subs.append(await billing.subscribe(plan, kp))
+    # Subscribed together: on the real validator their periods end within a second or so,
+    # and none is due again before both runs are over.
+    await asyncio.gather(*(billing.subscribe(plan, kp) for kp in wallets))
     other = shop.another_instance()
     try:
-        chain.advance_to(chain.unix_timestamp() + 30 * DAY)
+        clock.advance(period)
         one, two = await asyncio.gather(service.crank_once(), other.crank_once())
     finally:
         await other.aclose()

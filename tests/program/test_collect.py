@@ -1,7 +1,7 @@
 """collect: renewal at the period end, past due on failure, recovery, grace expiry.
 
-On the drop-in validator the clock travels 30 days; on solana-test-validator plans use
-short periods and the tests wait.
+Periods and grace are counted in `clock` days: on the drop-in validator the clock travels,
+on solana-test-validator a day is a second and the tests wait.
 """
 
 from __future__ import annotations
@@ -12,18 +12,21 @@ from spl.token.instructions import RevokeParams, revoke
 
 from svcpay.program.generated.types.subscription_status import Active, Expired, PastDue
 from tests.support.asserts import assert_program_error
-from tests.support.billing import DAY, USDC, Billing, Plan, Subscriber, deduct_ix
+from tests.support.billing import USDC, Billing, Plan, Subscriber, deduct_ix
 from tests.support.chain import Chain
+from tests.support.clock import Clock
 
 
 @pytest.fixture
-def period(chain: Chain) -> int:
-    return 30 * DAY if chain.can_time_travel else 4
+def period(clock: Clock) -> int:
+    """Long enough that, on the real validator, the few transactions a test sends right
+    after a subscription or a renewal land before the next period end."""
+    return clock.days(6)
 
 
 @pytest.fixture
-def grace(chain: Chain) -> int:
-    return 3 * DAY if chain.can_time_travel else 4
+def grace(clock: Clock) -> int:
+    return clock.days(2)
 
 
 def subscribed(
@@ -36,13 +39,13 @@ def subscribed(
 
 
 def test_renews_when_the_period_has_ended(
-    chain: Chain, billing: Billing, period: int, grace: int
+    chain: Chain, clock: Clock, billing: Billing, period: int, grace: int
 ) -> None:
     plan, sub = subscribed(billing, period, grace, balance=30 * USDC)
     first = billing.subscription(plan, sub)
     assert_program_error(billing.collect(plan, sub), "NotDue")
 
-    chain.advance_to(first.current_period_end)
+    clock.advance_to(first.current_period_end)
     result = billing.collect(plan, sub)
 
     assert result.ok, result.logs
@@ -62,21 +65,24 @@ def test_renews_when_the_period_has_ended(
 
 
 def test_a_second_collection_in_the_same_period_is_refused(
-    chain: Chain, billing: Billing, period: int, grace: int
+    chain: Chain, clock: Clock, billing: Billing, period: int, grace: int
 ) -> None:
     plan, sub = subscribed(billing, period, grace, balance=50 * USDC)
-    chain.advance_to(billing.subscription(plan, sub).current_period_end)
+    clock.advance_to(billing.subscription(plan, sub).current_period_end)
     assert billing.collect(plan, sub).ok
     assert_program_error(billing.collect(plan, sub), "NotDue")
     assert chain.token_state(sub.token_account)["amount"] == 30 * USDC
 
 
 def test_a_failed_renewal_goes_past_due_then_recovers(
-    chain: Chain, billing: Billing, period: int, grace: int
+    chain: Chain, clock: Clock, billing: Billing, period: int
 ) -> None:
+    # Recovery takes a few transactions after the failure; on the real validator they must
+    # land within grace, so this grace is longer than the others.
+    grace = clock.days(8)
     plan, sub = subscribed(billing, period, grace, balance=15 * USDC, cap=USDC)
     due = billing.subscription(plan, sub).current_period_end
-    chain.advance_to(due)
+    clock.advance_to(due)
 
     failed = billing.collect(plan, sub, has_allowance=True)
 
@@ -94,7 +100,7 @@ def test_a_failed_renewal_goes_past_due_then_recovers(
 
     chain.mint_to(plan.mint, sub.token_account, 10 * USDC)
     late = grace // 2
-    chain.advance_to(due + late)
+    clock.advance_to(due + late)
     recovered = billing.collect(plan, sub, has_allowance=True)
 
     assert recovered.ok, recovered.logs
@@ -108,15 +114,15 @@ def test_a_failed_renewal_goes_past_due_then_recovers(
 
 
 def test_grace_expiry_ends_the_subscription(
-    chain: Chain, billing: Billing, period: int, grace: int
+    chain: Chain, clock: Clock, billing: Billing, period: int, grace: int
 ) -> None:
     plan, sub = subscribed(billing, period, grace, balance=10 * USDC)
-    chain.advance_to(billing.subscription(plan, sub).current_period_end)
+    clock.advance_to(billing.subscription(plan, sub).current_period_end)
     assert billing.collect(plan, sub).event("RenewalFailed")
     deadline = billing.subscription(plan, sub).past_due_since + grace
     assert billing.plan_state(plan).live_subscriptions == 1
 
-    chain.advance_to(deadline + 1)
+    clock.advance_to(deadline + 1)
     ended = billing.collect(plan, sub)
 
     assert ended.ok
@@ -129,7 +135,7 @@ def test_grace_expiry_ends_the_subscription(
 
 
 def test_renewal_resets_the_allowance_cycle(
-    chain: Chain, billing: Billing, period: int, grace: int
+    chain: Chain, clock: Clock, billing: Billing, period: int, grace: int
 ) -> None:
     plan, sub = subscribed(billing, period, grace, balance=30 * USDC, cap=USDC)
     signer = plan.billing_authority
@@ -138,27 +144,27 @@ def test_renewal_resets_the_allowance_cycle(
         chain.send([deduct_ix(plan, sub, 1, signer.pubkey())], [signer]), "AllowanceExhausted"
     )
 
-    chain.advance_to(billing.subscription(plan, sub).current_period_end)
+    clock.advance_to(billing.subscription(plan, sub).current_period_end)
     assert billing.collect(plan, sub, has_allowance=True).ok
 
     assert chain.send([deduct_ix(plan, sub, USDC, signer.pubkey())], [signer]).ok
 
 
 def test_the_allowance_must_come_along(
-    chain: Chain, billing: Billing, period: int, grace: int
+    chain: Chain, clock: Clock, billing: Billing, period: int, grace: int
 ) -> None:
     plan, sub = subscribed(billing, period, grace, balance=30 * USDC, cap=USDC)
-    chain.advance_to(billing.subscription(plan, sub).current_period_end)
+    clock.advance_to(billing.subscription(plan, sub).current_period_end)
     assert_program_error(billing.collect(plan, sub, has_allowance=False), "NoAllowance")
 
 
 def test_a_revoked_delegation_is_recorded_as_past_due(
-    chain: Chain, billing: Billing, period: int, grace: int
+    chain: Chain, clock: Clock, billing: Billing, period: int, grace: int
 ) -> None:
     plan, sub = subscribed(billing, period, grace, balance=30 * USDC)
     params = RevokeParams(program_id=TOKEN_PROGRAM_ID, account=sub.token_account, owner=sub.pubkey)
     chain.send_ok([revoke(params)], [sub.keypair])
-    chain.advance_to(billing.subscription(plan, sub).current_period_end)
+    clock.advance_to(billing.subscription(plan, sub).current_period_end)
 
     result = billing.collect(plan, sub)
 
@@ -167,11 +173,12 @@ def test_a_revoked_delegation_is_recorded_as_past_due(
 
 
 def test_a_renewal_more_than_a_period_late_starts_a_new_cadence(
-    chain: Chain, billing: Billing, period: int, grace: int
+    chain: Chain, clock: Clock, billing: Billing, grace: int
 ) -> None:
+    period = clock.days(3)  # nothing is checked before the end: a short one waits less
     plan, sub = subscribed(billing, period, grace, balance=50 * USDC)
     end = billing.subscription(plan, sub).current_period_end
-    chain.advance_to(end + period + period // 2)
+    clock.advance_to(end + period + period // 2)
 
     assert billing.collect(plan, sub).ok
 

@@ -7,6 +7,7 @@ from svcpay.program.generated.types.plan_status import Deprecated
 from tests.support.asserts import assert_program_error
 from tests.support.billing import DAY, USDC, Billing
 from tests.support.chain import Chain
+from tests.support.clock import Clock
 
 
 def test_update_changes_billing_authority_and_grace_only(chain: Chain, billing: Billing) -> None:
@@ -42,9 +43,9 @@ def test_invalid_grace_is_refused(chain: Chain, billing: Billing) -> None:
 
 
 def test_a_deprecated_plan_takes_no_new_subscribers_but_keeps_its_own(
-    chain: Chain, billing: Billing
+    chain: Chain, clock: Clock, billing: Billing
 ) -> None:
-    plan = billing.plan(amount=USDC)
+    plan = billing.plan(amount=USDC, period_secs=clock.days(2))
     existing = billing.subscriber(plan, balance=5 * USDC)
     assert billing.subscribe(plan, existing).ok
     assert chain.send(
@@ -55,9 +56,8 @@ def test_a_deprecated_plan_takes_no_new_subscribers_but_keeps_its_own(
     newcomer = billing.subscriber(plan, balance=5 * USDC)
     assert_program_error(billing.subscribe(plan, newcomer), "PlanDeprecated")
     assert chain.token_state(newcomer.token_account)["amount"] == 5 * USDC
-    if chain.can_time_travel:
-        chain.advance_to(billing.subscription(plan, existing).current_period_end)
-        assert billing.collect(plan, existing).event("SubscriptionRenewed")
+    clock.advance_to(billing.subscription(plan, existing).current_period_end)
+    assert billing.collect(plan, existing).event("SubscriptionRenewed")
 
 
 def test_a_plan_closes_only_without_live_subscriptions(chain: Chain, billing: Billing) -> None:
@@ -71,10 +71,10 @@ def test_a_plan_closes_only_without_live_subscriptions(chain: Chain, billing: Bi
         [instructions.cancel(sub.pubkey, plan.address, sub.pubkey, False)], [sub.keypair]
     ).ok
     rent = chain.account(plan.address).lamports  # type: ignore[union-attr]
-    before = chain.rpc("getBalance", str(plan.authority.pubkey()))["value"]
+    before = chain.balance(plan.authority.pubkey())
     result = chain.send([close], [plan.authority])
 
     assert result.ok, result.logs
     assert chain.account(plan.address) is None
-    after = chain.rpc("getBalance", str(plan.authority.pubkey()))["value"]
+    after = chain.balance(plan.authority.pubkey())
     assert after == before + rent - 5000  # the rent back, less the fee

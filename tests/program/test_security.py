@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from solders.instruction import AccountMeta, Instruction
 from solders.pubkey import Pubkey
 from spl.token.constants import TOKEN_PROGRAM_ID
@@ -21,6 +20,7 @@ from tests.support.billing import (
     subscribe_ix,
 )
 from tests.support.chain import Chain, TxResult
+from tests.support.clock import Clock
 
 
 def swap(ix: Instruction, old: Pubkey, new: Pubkey, signer: bool | None = None) -> Instruction:
@@ -136,11 +136,11 @@ def test_a_stranger_cannot_raise_someone_elses_cap(chain: Chain, billing: Billin
     )
 
 
-def test_amounts_at_the_u64_limit_fail_cleanly_on_overflow(chain: Chain, billing: Billing) -> None:
-    if not chain.can_time_travel:
-        pytest.skip("needs the drop-in validator's time travel")
+def test_amounts_at_the_u64_limit_fail_cleanly_on_overflow(
+    chain: Chain, clock: Clock, billing: Billing
+) -> None:
     u64_max = 2**64 - 1
-    plan = billing.plan(amount=u64_max, period_secs=86_400)
+    plan = billing.plan(amount=u64_max, period_secs=clock.days(1))
     sub = billing.subscriber(plan, balance=u64_max)
     assert billing.subscribe(plan, sub).ok  # total_collected is now u64::MAX
     # The provider sends it all back; the next renewal would push the counters past u64.
@@ -161,7 +161,7 @@ def test_amounts_at_the_u64_limit_fail_cleanly_on_overflow(chain: Chain, billing
         TOKEN_PROGRAM_ID, sub.token_account, pda.delegate_address(sub.pubkey), sub.pubkey, u64_max
     )
     chain.send_ok([approve(approval)], [sub.keypair])
-    chain.advance_to(billing.subscription(plan, sub).current_period_end)
+    clock.advance_to(billing.subscription(plan, sub).current_period_end)
 
     assert_program_error(billing.collect(plan, sub), "MathOverflow")
     assert chain.token_state(sub.token_account)["amount"] == u64_max  # nothing moved

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import pytest
 from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
@@ -14,14 +13,15 @@ from svcpay.program.generated.types.subscription_status import Active, Cancelled
 from tests.support.asserts import assert_program_error
 from tests.support.billing import DAY, USDC, Billing, Plan, Subscriber, collect_ix, deduct_ix
 from tests.support.chain import Chain, TxResult
+from tests.support.clock import Clock
 
-PERIOD = 30 * DAY
+PERIOD = 30 * DAY  # for tests that never reach the period end
 
 
 def subscribed(
-    billing: Billing, balance: int = 50 * USDC, cap: int | None = None
+    billing: Billing, balance: int = 50 * USDC, cap: int | None = None, period: int = PERIOD
 ) -> tuple[Plan, Subscriber]:
-    plan = billing.plan(amount=10 * USDC, period_secs=PERIOD)
+    plan = billing.plan(amount=10 * USDC, period_secs=period)
     sub = billing.subscriber(plan, balance=balance)
     assert billing.subscribe(plan, sub, max_overage=cap).ok
     return plan, sub
@@ -53,22 +53,22 @@ def test_the_subscriber_pauses_and_access_stops(chain: Chain, billing: Billing) 
     )
 
 
-def test_resume_credits_the_paid_time_left(chain: Chain, billing: Billing) -> None:
-    if not chain.can_time_travel:
-        pytest.skip("needs a clock that moves by days (drop-in validator)")
-    plan, sub = subscribed(billing)
+def test_resume_credits_the_paid_time_left(chain: Chain, clock: Clock, billing: Billing) -> None:
+    plan, sub = subscribed(billing, period=clock.days(7))
     end = billing.subscription(plan, sub).current_period_end
-    chain.advance_to(end - 10 * DAY)
+    # Paused with about 5 paid days left: enough, on the real validator, for the resume and
+    # the collect below to land before the credited time runs out.
+    clock.advance_to(end - clock.days(5))
     assert act(chain, instructions.pause, plan, sub, sub.keypair).ok
     paused_at = billing.subscription(plan, sub).paused_at
-    chain.advance_to(end + 20 * DAY)
+    clock.advance_to(end + clock.days(1))
 
     assert act(chain, instructions.resume, plan, sub, plan.authority).ok  # the provider may
 
     state = billing.subscription(plan, sub)
     assert isinstance(state.status, Active) and state.paused_at == 0
     resumed_at = state.current_period_end - (end - paused_at)
-    assert end + 20 * DAY <= resumed_at <= chain.unix_timestamp()
+    assert end + clock.days(1) <= resumed_at <= clock.now()
     assert_program_error(billing.collect(plan, sub), "NotDue")
 
 
@@ -105,16 +105,16 @@ def test_cancel_now_ends_the_subscription(chain: Chain, billing: Billing) -> Non
     assert_program_error(billing.collect(plan, sub), "SubscriptionNotActive")
 
 
-def test_cancel_at_period_end_serves_the_period_then_ends(chain: Chain, billing: Billing) -> None:
-    if not chain.can_time_travel:
-        pytest.skip("needs a clock that moves by days (drop-in validator)")
-    plan, sub = subscribed(billing, cap=USDC)
+def test_cancel_at_period_end_serves_the_period_then_ends(
+    chain: Chain, clock: Clock, billing: Billing
+) -> None:
+    plan, sub = subscribed(billing, cap=USDC, period=clock.days(4))
     ix = instructions.cancel(sub.pubkey, plan.address, sub.pubkey, True)
     assert chain.send([ix], [sub.keypair]).ok
     signer = plan.billing_authority
     assert chain.send([deduct_ix(plan, sub, 1, signer.pubkey())], [signer]).ok  # still served
 
-    chain.advance_to(billing.subscription(plan, sub).current_period_end)
+    clock.advance_to(billing.subscription(plan, sub).current_period_end)
     ended = billing.collect(plan, sub, has_allowance=True)
 
     assert type(ended.event("SubscriptionEnded").data["status"]).__name__ == "Cancelled"

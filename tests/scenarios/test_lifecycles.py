@@ -1,48 +1,45 @@
-"""Whole subscription lifecycles over months of (travelled) time, as a provider sees them."""
+"""Whole subscription lifecycles over many periods, as a provider sees them.
+
+Periods are a few `clock` days: travelled on the drop-in validator, waited for (a day is a
+second) on solana-test-validator."""
 
 from __future__ import annotations
-
-import pytest
 
 from svcpay.program import instructions
 from svcpay.program.generated.types.subscription_status import Active, Expired, PastDue
 from tests.support.asserts import assert_program_error
-from tests.support.billing import DAY, USDC, Billing, deduct_ix
+from tests.support.billing import USDC, Billing, deduct_ix
 from tests.support.chain import Chain
-
-PERIOD, GRACE = 30 * DAY, 3 * DAY
-
-
-@pytest.fixture(autouse=True)
-def needs_time_travel(chain: Chain) -> None:
-    if not chain.can_time_travel:
-        pytest.skip("months of renewals need the drop-in validator's time travel")
+from tests.support.clock import Clock
 
 
 def test_three_renewals_then_a_failure_a_recovery_and_finally_expiry(
-    chain: Chain, billing: Billing
+    chain: Chain, clock: Clock, billing: Billing
 ) -> None:
-    plan = billing.plan(amount=10 * USDC, period_secs=PERIOD, grace_secs=GRACE)
+    # One-day periods: nothing is checked before a period end, so a period can be short.
+    # Grace outlasts the few transactions of a recovery (on the real validator too).
+    grace = clock.days(6)
+    plan = billing.plan(amount=10 * USDC, period_secs=clock.days(1), grace_secs=grace)
     sub = billing.subscriber(plan, balance=40 * USDC)
     assert billing.subscribe(plan, sub).ok
     for cycle in (2, 3, 4):
-        chain.advance_to(billing.subscription(plan, sub).current_period_end)
+        clock.advance_to(billing.subscription(plan, sub).current_period_end)
         assert (
             billing.collect(plan, sub).event("SubscriptionRenewed").data["cycles_billed"] == cycle
         )
     assert chain.token_state(sub.token_account)["amount"] == 0
 
-    chain.advance_to(billing.subscription(plan, sub).current_period_end)
+    clock.advance_to(billing.subscription(plan, sub).current_period_end)
     assert billing.collect(plan, sub).event("RenewalFailed")
     assert isinstance(billing.subscription(plan, sub).status, PastDue)
     chain.mint_to(plan.mint, sub.token_account, 10 * USDC)
-    chain.advance_to(chain.unix_timestamp() + DAY)
+    clock.advance(clock.days(1))
     assert billing.collect(plan, sub).event("SubscriptionRenewed").data["recovered"]
     assert isinstance(billing.subscription(plan, sub).status, Active)
 
-    chain.advance_to(billing.subscription(plan, sub).current_period_end)
+    clock.advance_to(billing.subscription(plan, sub).current_period_end)
     assert billing.collect(plan, sub).event("RenewalFailed")
-    chain.advance_to(chain.unix_timestamp() + GRACE + 1)
+    clock.advance(grace + 1)
     assert billing.collect(plan, sub).event("SubscriptionEnded")
     assert isinstance(billing.subscription(plan, sub).status, Expired)
     state = billing.subscription(plan, sub)
@@ -51,9 +48,9 @@ def test_three_renewals_then_a_failure_a_recovery_and_finally_expiry(
 
 
 def test_metered_use_to_the_cap_a_raised_cap_and_a_fresh_cycle(
-    chain: Chain, billing: Billing
+    chain: Chain, clock: Clock, billing: Billing
 ) -> None:
-    plan = billing.plan(amount=10 * USDC, period_secs=PERIOD, grace_secs=GRACE)
+    plan = billing.plan(amount=10 * USDC, period_secs=clock.days(4), grace_secs=clock.days(2))
     sub = billing.subscriber(plan, balance=100 * USDC)
     assert billing.subscribe(plan, sub, max_overage=2 * USDC).ok
     meter = plan.billing_authority
@@ -68,30 +65,31 @@ def test_metered_use_to_the_cap_a_raised_cap_and_a_fresh_cycle(
     ).ok
     assert use(USDC) and not use(1)
 
-    chain.advance_to(billing.subscription(plan, sub).current_period_end)
+    clock.advance_to(billing.subscription(plan, sub).current_period_end)
     assert billing.collect(plan, sub, has_allowance=True).ok
     assert use(3 * USDC)  # a new cycle, the raised cap kept
     assert chain.token_state(plan.destination)["amount"] == 20 * USDC + 6 * USDC
 
 
 def test_pause_over_a_renewal_date_then_resume_and_cancel_at_period_end(
-    chain: Chain, billing: Billing
+    chain: Chain, clock: Clock, billing: Billing
 ) -> None:
-    plan = billing.plan(amount=10 * USDC, period_secs=PERIOD, grace_secs=GRACE)
+    plan = billing.plan(amount=10 * USDC, period_secs=clock.days(5), grace_secs=clock.days(2))
     sub = billing.subscriber(plan, balance=100 * USDC)
     assert billing.subscribe(plan, sub).ok
     end = billing.subscription(plan, sub).current_period_end
-    chain.advance_to(end - 5 * DAY)
+    # Paused early in the period: the paid days left must outlast, on the real validator,
+    # the few transactions between the resume and the NotDue check below.
     assert chain.send([instructions.pause(sub.pubkey, plan.address, sub.pubkey)], [sub.keypair]).ok
-    chain.advance_to(end + 40 * DAY)
+    clock.advance_to(end)  # the renewal date passes while paused
     assert_program_error(billing.collect(plan, sub), "SubscriptionNotActive")  # nothing charged
     assert chain.send([instructions.resume(sub.pubkey, plan.address, sub.pubkey)], [sub.keypair]).ok
-    assert_program_error(billing.collect(plan, sub), "NotDue")  # 5 paid days remain
+    assert_program_error(billing.collect(plan, sub), "NotDue")  # the paid days left remain
 
-    chain.advance_to(billing.subscription(plan, sub).current_period_end)
+    clock.advance_to(billing.subscription(plan, sub).current_period_end)
     assert billing.collect(plan, sub).ok
     cancel = instructions.cancel(sub.pubkey, plan.address, sub.pubkey, at_period_end=True)
     assert chain.send([cancel], [sub.keypair]).ok
-    chain.advance_to(billing.subscription(plan, sub).current_period_end)
+    clock.advance_to(billing.subscription(plan, sub).current_period_end)
     assert billing.collect(plan, sub).event("SubscriptionEnded")
     assert chain.token_state(sub.token_account)["amount"] == 80 * USDC  # two periods, no more

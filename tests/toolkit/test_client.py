@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
@@ -10,6 +12,7 @@ from svcpay.program import errors
 from svcpay.program.client import BillingClient, status_name
 from tests.support.billing import DAY, USDC
 from tests.support.chain import Chain
+from tests.support.clock import Clock
 
 pytestmark = pytest.mark.anyio
 
@@ -96,19 +99,19 @@ async def test_is_active_is_false_for_unknown_or_malformed_ids(client: BillingCl
     assert not (await client.is_active("not-a-subscription-id"))
 
 
-async def test_due_subscriptions_and_collect(chain: Chain, client: BillingClient) -> None:
-    if not chain.can_time_travel:
-        pytest.skip("needs the drop-in validator's time travel")
-    plan, _, facilitator, mint = await provider_plan(chain, client)
-    subs = []
-    for _ in range(3):
-        kp = chain.funded_keypair()
+async def test_due_subscriptions_and_collect(
+    chain: Chain, clock: Clock, client: BillingClient
+) -> None:
+    period = clock.days(5)
+    plan, _, facilitator, mint = await provider_plan(chain, client, period=period)
+    wallets = [chain.funded_keypair() for _ in range(3)]
+    for kp in wallets:
         chain.token_account(kp.pubkey(), mint, 5 * USDC)
-        subs.append(await client.subscribe(plan, kp))
-    assert (await client.due_subscriptions(plan, now=chain.unix_timestamp())) == []
+    # Subscribed together, so on the real validator none is due before the check below.
+    subs = list(await asyncio.gather(*(client.subscribe(plan, kp) for kp in wallets)))
+    assert (await client.due_subscriptions(plan, now=clock.now())) == []
 
-    later = chain.unix_timestamp() + 30 * DAY
-    chain.advance_to(later)
+    later = clock.advance(period)
     due = await client.due_subscriptions(plan, now=later)
     assert sorted(str(k) for k, _ in due) == sorted(str(s) for s in subs)
     for key, _ in due:

@@ -1,27 +1,76 @@
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from svcpay.localnet.process import Localnet, localnet
+from svcpay.localnet.process import BACKENDS, TEST_VALIDATOR, Localnet, backend, localnet
+from svcpay.localnet.validator import ValidatorNotFound, binary_version, find_validator
 from svcpay.program.client import BillingClient
 from tests.support.billing import Billing
 from tests.support.chain import Chain
+from tests.support.clock import Clock
 from tests.support.pg_fixture import postgres_url  # noqa: F401  (a session fixture)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--validator",
+        choices=BACKENDS,
+        default=None,
+        help="the validator chain tests run on (default: $SVCPAY_VALIDATOR, else drop-in); "
+        "processes the tests start inherit it",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    chosen = config.getoption("--validator")
+    if chosen:  # subprocesses (the CLI, the demo, the facilitator) see the same choice
+        os.environ["SVCPAY_VALIDATOR"] = chosen
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests of one validator's own behaviour are deselected on the other (not skipped: they
+    do not apply there, and each marker names why)."""
+    other = "drop_in_only" if backend() == TEST_VALIDATOR else "test_validator_only"
+    keep, drop = [], []
+    for item in items:
+        (drop if item.get_closest_marker(other) else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    kind = backend()
+    if kind != TEST_VALIDATOR:
+        return f"validator: svcpay {kind}"
+    try:
+        exe = find_validator()
+    except ValidatorNotFound as e:
+        return f"validator: {kind}: {e}"
+    return f"validator: {kind} {binary_version(exe)} ({exe})"
 
 
 @pytest.fixture(scope="session")
 def validator() -> Iterator[Localnet]:
     """One local validator with the built program for the session. Fails (never skips) when
-    the binary is missing: scripts/test builds it first."""
-    with localnet() as node:
+    the binary is missing: scripts/test builds it first. On solana-test-validator the
+    program is deployed through the upgradeable loader, as users deploy it."""
+    with localnet(deploy=True) as node:
         yield node
 
 
 @pytest.fixture
 def chain(validator: Localnet) -> Chain:
     return Chain(validator.url, validator.can_time_travel)
+
+
+@pytest.fixture
+def clock(chain: Chain) -> Clock:
+    """Moves the cluster clock: time travel on the drop-in, a wait on the real validator."""
+    return Clock(chain)
 
 
 @pytest.fixture

@@ -1,17 +1,23 @@
-"""Starting and stopping a local validator with the svc_billing program loaded.
+"""Starting and stopping a local validator with the svc_billing program on it.
 
-`solana-test-validator` when it is on PATH; otherwise svcpay's drop-in (svcpay.localnet.server),
-which runs in its own environment (`.venv-localnet`, solders 0.29: the runtime that loads
-SBPF v3 with mainnet's features; anchorpy pins an older solders in the main environment).
+Two backends, chosen by `SVCPAY_VALIDATOR` (or the `validator` argument):
+
+- `drop-in` (the default): svcpay's drop-in (svcpay.localnet.server), LiteSVM with mainnet's
+  features behind a JSON-RPC server of our own, in its own environment (`.venv-localnet`). It
+  starts in a second and can travel in time.
+- `solana-test-validator`: agave's test validator 4.2.x (scripts/build-validator builds and
+  caches it), on free ports of its own (RPC, faucet, gossip, a dynamic range) so it can run
+  beside another validator, with every feature mainnet has not activated switched off at
+  genesis. The program is loaded at genesis (`--bpf-program`), or deployed with real
+  upgradeable-loader transactions when `deploy=True`, as users put it on a cluster.
+
 Both listen on loopback and are stopped, with their children, when the context exits.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,12 +28,17 @@ from pathlib import Path
 
 import httpx
 
+from svcpay.localnet import validator as stv
 from svcpay.program.generated.program_id import PROGRAM_ID
 
 ROOT = Path(__file__).resolve().parents[3]
 PROGRAM_SO = ROOT / "target" / "deploy" / "svc_billing.so"
+PROGRAM_KEYPAIR = ROOT / "keys" / "svc_billing-localnet-keypair.json"
 LOCALNET_PYTHON = ROOT / ".venv-localnet" / "bin" / "python"
-STARTUP_TIMEOUT = 60.0
+STARTUP_TIMEOUT = 90.0
+DROP_IN = "drop-in"
+TEST_VALIDATOR = "solana-test-validator"
+BACKENDS = (DROP_IN, TEST_VALIDATOR)
 
 
 class ProgramBinaryMissing(RuntimeError):
@@ -42,86 +53,148 @@ class LocalnetError(RuntimeError):
 class Localnet:
     url: str
     kind: str  # "solana-test-validator" or "svcpay-drop-in"
+    version: str = ""
 
     @property
     def can_time_travel(self) -> bool:
         return self.kind == "svcpay-drop-in"
 
+    def describe(self) -> str:
+        return f"{self.kind} {self.version} at {self.url}".replace("  ", " ")
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+
+def backend(explicit: str | None = None) -> str:
+    """The backend to start: `explicit`, else $SVCPAY_VALIDATOR, else the drop-in."""
+    name = explicit or os.environ.get("SVCPAY_VALIDATOR") or DROP_IN
+    if name not in BACKENDS:
+        raise LocalnetError(f"SVCPAY_VALIDATOR={name!r}: use one of {', '.join(BACKENDS)}")
+    return name
+
+
+def _rpc(url: str, method: str, params: list[object] | None = None) -> object:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or []}
+    return httpx.post(url, json=body, timeout=5).json().get("result")
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise LocalnetError(
-                f"the validator exited with {proc.returncode}:\n{log.read_text()[-3000:]}"
-            )
+            raise LocalnetError(f"the validator exited with {proc.returncode}:\n{_tail(log)}")
         try:
-            body = {"jsonrpc": "2.0", "id": 1, "method": "getHealth"}
-            if httpx.post(url, json=body, timeout=2).json().get("result") == "ok":
+            # Healthy, and past its first slot: blockhashes and airdrops work from here.
+            slot = _rpc(url, "getSlot")
+            if _rpc(url, "getHealth") == "ok" and isinstance(slot, int) and slot > 0:
                 return
         except (httpx.HTTPError, ValueError):
             pass
         time.sleep(0.2)
-    raise LocalnetError(f"the validator did not become healthy in {STARTUP_TIMEOUT:.0f}s")
+    raise LocalnetError(
+        f"the validator did not become healthy in {STARTUP_TIMEOUT:.0f}s:\n{_tail(log)}"
+    )
 
 
-def _command(program: Path, port: int, ledger: Path) -> tuple[list[str], str]:
-    program_arg = ["--bpf-program", str(PROGRAM_ID), str(program)]
-    validator = shutil.which("solana-test-validator")
-    if validator and os.environ.get("SVCPAY_LOCALNET") != "drop-in":
-        cmd = [
-            validator,
-            *program_arg,
-            "--rpc-port",
-            str(port),
-            "--ledger",
-            str(ledger),
-            "--reset",
-            "--quiet",
-        ]
-        return cmd, "solana-test-validator"
+def _tail(log: Path) -> str:
+    try:
+        return log.read_text(errors="replace")[-3000:]
+    except OSError:
+        return ""
+
+
+def _drop_in_command(program: Path | None) -> tuple[list[str], str]:
     python = Path(os.environ.get("SVCPAY_LOCALNET_PYTHON", LOCALNET_PYTHON))
     if not python.exists():
         raise LocalnetError(
             f"{python} is missing: run scripts/python-env (it creates .venv-localnet)"
         )
-    return [
-        str(python),
-        "-m",
-        "svcpay.localnet.server",
-        *program_arg,
-        "--rpc-port",
-        str(port),
-    ], "svcpay-drop-in"
+    port = stv.free_port_block(1)
+    cmd = [str(python), "-m", "svcpay.localnet.server", "--rpc-port", str(port)]
+    if program is not None:
+        cmd += ["--bpf-program", str(PROGRAM_ID), str(program)]
+    return cmd, f"http://127.0.0.1:{port}"
 
 
 @contextmanager
-def localnet(program: Path = PROGRAM_SO) -> Iterator[Localnet]:
-    """A running local validator with svc_billing at its program id, for the block's duration."""
-    if not program.exists():
+def _running(cmd: list[str], url: str, workdir: Path) -> Iterator[None]:
+    log = workdir / "validator.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_healthy(url, proc, log)
+        yield
+    finally:
+        _stop(proc)
+
+
+@contextmanager
+def localnet(
+    program: Path | None = PROGRAM_SO, *, validator: str | None = None, deploy: bool = False
+) -> Iterator[Localnet]:
+    """A running local validator with svc_billing at its program id, for the block's duration.
+
+    `deploy` (solana-test-validator only) starts an empty validator and deploys the program
+    through the upgradeable loader, as `svcpay program deploy` does on a cluster. `program`
+    None starts a validator without it (to deploy it yourself)."""
+    if program is not None and not program.exists():
         raise ProgramBinaryMissing(
             f"{program} is missing: run scripts/build-program (scripts/test does)"
         )
-    port = _free_port()
+    kind = backend(validator)
     with tempfile.TemporaryDirectory(prefix="svcpay-localnet-") as tmp:
-        cmd, kind = _command(program, port, Path(tmp) / "ledger")
-        log = Path(tmp) / "validator.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        url = f"http://127.0.0.1:{port}"
+        workdir = Path(tmp)
+        if kind == DROP_IN:
+            cmd, url = _drop_in_command(program)
+            with _running(cmd, url, workdir):
+                yield Localnet(url, "svcpay-drop-in")
+            return
         try:
-            _wait_healthy(url, proc, log)
-            yield Localnet(url, kind)
+            exe = stv.find_validator()
+        except stv.ValidatorNotFound as e:
+            raise LocalnetError(str(e)) from e
+        version = stv.binary_version(exe) or "?"
+        genesis = [] if deploy or program is None else [(str(PROGRAM_ID), program)]
+        last: LocalnetError | None = None
+        for _ in range(3):  # a port picked as free can be taken before the validator binds it
+            ports = stv.Ports.pick()
+            cmd = stv.command(exe, ports, workdir / "ledger", genesis)
+            url = f"http://127.0.0.1:{ports.rpc}"
+            try:
+                with _running(cmd, url, workdir):
+                    node = Localnet(url, TEST_VALIDATOR, version)
+                    if deploy and program is not None:
+                        _deploy(node, program)
+                    yield node
+                    return
+            except LocalnetError as e:
+                if "Address already in use" not in str(e) and "bind" not in str(e).lower():
+                    raise
+                last = e
+        assert last is not None
+        raise last
+
+
+def _deploy(node: Localnet, program: Path) -> None:
+    """Deploys `program` at PROGRAM_ID through the upgradeable loader; a fresh funded keypair
+    pays and is the upgrade authority."""
+    import asyncio
+
+    from solana.rpc.async_api import AsyncClient
+    from solders.keypair import Keypair
+
+    from svcpay.localnet.chain import Chain
+    from svcpay.program.deploy import deploy
+
+    payer = Chain(node.url).funded_keypair(20 * 10**9)
+    program_keypair = Keypair.from_json(PROGRAM_KEYPAIR.read_text())
+
+    async def run() -> None:
+        rpc = AsyncClient(node.url)
+        try:
+            await deploy(rpc, payer, program_keypair, payer, program.read_bytes(), Keypair())
         finally:
-            _stop(proc)
+            await rpc.close()
+
+    asyncio.run(run())
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

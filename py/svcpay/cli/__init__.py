@@ -1,6 +1,7 @@
 """The `svcpay` command line, for operators and developers.
 
     svcpay localnet                      run the local validator with svc_billing loaded
+    svcpay program deploy|upgrade|show   put the svc_billing program on a cluster
     svcpay keys create|show|airdrop      keypair files (Solana CLI format)
     svcpay plan create|list|show|deprecate
     svcpay subscribe PLAN                subscribe (first period charged at once)
@@ -39,7 +40,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from svcpay.cli import demo, facilitator, keys, localnet, pay, plan, subscription
+from svcpay.cli import demo, facilitator, keys, localnet, pay, plan, program, subscription
 from svcpay.cli._common import (
     EXIT_CODES,
     EXIT_FAILED,
@@ -51,7 +52,16 @@ from svcpay.cli._common import (
 from svcpay.cli._errors import describe
 
 # Each registers its commands, in the order `svcpay --help` lists them.
-COMMANDS: list[ModuleType] = [localnet, keys, plan, subscription, pay, facilitator, demo]
+COMMANDS: list[ModuleType] = [
+    localnet,
+    program,
+    keys,
+    plan,
+    subscription,
+    pay,
+    facilitator,
+    demo,
+]
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 

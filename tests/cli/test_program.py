@@ -1,0 +1,158 @@
+"""`svcpay program deploy|upgrade|show`: the program reaches an empty validator through the
+upgradeable loader's own transactions, resumes an interrupted buffer, is used, and is upgraded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from solders.keypair import Keypair
+from solders.system_program import CreateAccountParams, create_account
+
+from svcpay.localnet.chain import CLOCK_SYSVAR
+from svcpay.localnet.process import PROGRAM_KEYPAIR, PROGRAM_SO, Localnet, localnet
+from svcpay.program import deploy
+from svcpay.program.generated.program_id import PROGRAM_ID
+from tests.cli.conftest import Cli, keyfile
+from tests.support.billing import USDC, Billing, deduct_ix
+from tests.support.chain import Chain
+from tests.support.clock import Clock
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Buffer keypairs go to ./.svcpay/buffers/: here, never the repository."""
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def empty_validator() -> Iterator[Localnet]:
+    """A validator of the session's kind with no svc_billing on it."""
+    with localnet(program=None) as node:
+        yield node
+
+
+@pytest.fixture
+def empty_cli(capsys: pytest.CaptureFixture[str], empty_validator: Localnet) -> Cli:
+    return Cli(capsys, empty_validator.url)
+
+
+def write_some_chunks(chain: Chain, buffer: Keypair, elf: bytes, chunks: int) -> None:
+    """An interrupted deploy: the buffer created and its first `chunks` chunks written."""
+    payer = chain.payer
+    size = deploy.BUFFER_HEADER + len(elf)
+    create = create_account(
+        CreateAccountParams(
+            from_pubkey=payer.pubkey(),
+            to_pubkey=buffer.pubkey(),
+            lamports=chain.minimum_balance(size),
+            space=size,
+            owner=deploy.LOADER,
+        )
+    )
+    chain.send_ok(
+        [create, deploy.initialize_buffer(buffer.pubkey(), payer.pubkey())], [payer, buffer]
+    )
+    step = deploy.chunk_size(payer, payer)
+    for offset in range(0, chunks * step, step):
+        ix = deploy.write(buffer.pubkey(), payer.pubkey(), offset, elf[offset : offset + step])
+        chain.send_ok([ix], [payer])
+
+
+def patched(elf: bytes) -> bytes:
+    """The same program with one letter of an error message changed: a new binary that
+    still verifies and runs."""
+    old = b"must lie between"
+    assert old in elf
+    return elf.replace(old, b"must lie betwixt", 1)
+
+
+def test_deploy_resumes_a_buffer_then_the_program_runs_and_upgrades(
+    empty_cli: Cli, empty_validator: Localnet, tmp_path: Path
+) -> None:
+    chain = Chain(empty_validator.url, empty_validator.can_time_travel)
+    elf = PROGRAM_SO.read_bytes()
+    payer = keyfile(tmp_path, chain.payer, "payer.json")
+    buffer = Keypair()
+    write_some_chunks(chain, buffer, elf, chunks=20)
+    total = -(-len(elf) // deploy.chunk_size(chain.payer, chain.payer))
+
+    deployed = empty_cli(
+        "program", "deploy", str(PROGRAM_SO), "--program-keypair", str(PROGRAM_KEYPAIR),
+        "--buffer", keyfile(tmp_path, buffer, "buffer.json"), "--keypair", payer, "--json",
+    )  # fmt: skip
+
+    assert deployed.code == 0, deployed.err
+    assert "resuming" in deployed.err
+    assert f"wrote {deploy.IN_FLIGHT}/{total} chunks" not in deployed.err  # 20 were there
+    assert f"buffer complete: {total} chunks" in deployed.err  # progress shown
+    assert not (tmp_path / "buffer.json").exists()  # consumed: nothing left to resume
+    shown = empty_cli.ok("program", "show", "--program-id", str(PROGRAM_ID))
+    assert shown == {k: v for k, v in deployed.json.items() if k != "signature"}
+    assert shown["programId"] == str(PROGRAM_ID)
+    assert shown["authority"] == str(chain.payer.pubkey())
+    assert shown["sha256"] == hashlib.sha256(elf.rstrip(b"\0")).hexdigest()
+    account = chain.account(PROGRAM_ID)
+    assert account is not None and account.executable and account.owner == deploy.LOADER
+
+    # The deployed program does its job: subscribe, collect a renewal, deduct usage.
+    billing, clock = Billing(chain), Clock(chain)
+    plan = billing.plan(amount=USDC, period_secs=clock.days(2), grace_secs=clock.days(1))
+    sub = billing.subscriber(plan, balance=10 * USDC)
+    assert billing.subscribe(plan, sub, max_overage=USDC).ok
+    meter = plan.billing_authority
+    assert chain.send_ok([deduct_ix(plan, sub, USDC // 4, meter.pubkey())], [meter]).ok
+    clock.advance_to(billing.subscription(plan, sub).current_period_end)
+    assert billing.collect(plan, sub, has_allowance=True).event("SubscriptionRenewed")
+    assert billing.subscription(plan, sub).total_paid == 2 * USDC + USDC // 4  # + usage
+
+    new = tmp_path / "svc_billing_v2.so"
+    new.write_bytes(patched(elf))
+    stranger = keyfile(tmp_path, chain.funded_keypair(), "stranger.json")
+    refused = empty_cli("program", "upgrade", str(new), "--keypair", stranger)
+    assert refused.code == 1 and "upgrade authority is" in refused.err
+    same = empty_cli("program", "upgrade", str(PROGRAM_SO), "--keypair", payer)
+    assert same.code == 1 and "already runs this binary" in same.err
+    redeploy = empty_cli(
+        "program", "deploy", str(PROGRAM_SO), "--program-keypair", str(PROGRAM_KEYPAIR),
+        "--keypair", payer,
+    )  # fmt: skip
+    assert redeploy.code == 1 and "already deployed" in redeploy.err
+    upgraded = empty_cli.ok("program", "upgrade", str(new), "--keypair", payer)
+    assert upgraded["sha256"] == hashlib.sha256(new.read_bytes().rstrip(b"\0")).hexdigest()
+    assert upgraded["lastDeploySlot"] > shown["lastDeploySlot"]
+    again = billing.subscriber(plan, balance=10 * USDC)
+    assert billing.subscribe(plan, again).ok  # the upgraded program runs
+
+
+def test_deploy_refuses_what_would_break_or_leak(
+    empty_cli: Cli, offline_cli: Cli, tmp_path: Path
+) -> None:
+    other = keyfile(tmp_path, Keypair(), "other-program.json")
+    payer = keyfile(tmp_path, Keypair(), "payer.json")
+    wrong_id = offline_cli(
+        "program", "deploy", str(PROGRAM_SO), "--program-keypair", other, "--keypair", payer
+    )
+    assert wrong_id.code == 2 and "does not declare program id" in wrong_id.err
+
+    public = offline_cli(
+        "program", "deploy", str(PROGRAM_SO), "--program-keypair", str(PROGRAM_KEYPAIR),
+        "--keypair", payer, "--url", "https://api.devnet.solana.com",
+    )  # fmt: skip
+    assert public.code == 2 and "public localnet program key" in public.err
+
+    missing = offline_cli("program", "deploy", str(tmp_path / "nope.so"), "--keypair", payer)
+    assert missing.code == 2 and "not found" in missing.err
+    not_elf = tmp_path / "text.so"
+    not_elf.write_text("hello")
+    assert offline_cli("program", "upgrade", str(not_elf), "--keypair", payer).code == 2
+
+
+def test_show_names_what_is_not_a_program(empty_cli: Cli) -> None:
+    nothing = empty_cli("program", "show", "--program-id", str(Keypair().pubkey()))
+    assert nothing.code == 3 and "no program at" in nothing.err
+    clock = empty_cli("program", "show", "--program-id", str(CLOCK_SYSVAR))
+    assert clock.code == 1 and "not a program of the upgradeable loader" in clock.err

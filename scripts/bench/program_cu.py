@@ -1,35 +1,47 @@
 """Compute units of each svc_billing instruction and rent of each account, in the runtime.
 
-Run through scripts/bench-program. Prints a table (or JSON with --json); never asserts:
-targets are compared by people, in the issue notes.
+Run through scripts/bench-program. Measures on the drop-in validator and on
+solana-test-validator (when it is built; `--validator` picks one) with the same keypairs, so
+the PDA bump searches, and so the compute units, are the same work on both. Prints a table (or
+JSON with --json); never asserts: targets are compared by people, in the issue notes.
 """
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import json
-import sys
+
+from solders.keypair import Keypair
 
 from svcpay.localnet.chain import Chain
-from svcpay.localnet.process import PROGRAM_SO, localnet
+from svcpay.localnet.process import DROP_IN, PROGRAM_SO, TEST_VALIDATOR, localnet
+from svcpay.localnet.validator import ValidatorNotFound, find_validator
 from svcpay.program import instructions, pda
 
 USDC = 10**6
 DAY = 86_400
 
 
+def keypair(name: str) -> Keypair:
+    """The same keypair in every run (bump searches depend on the keys)."""
+    return Keypair.from_seed(hashlib.sha256(f"svcpay-bench-{name}".encode()).digest())
+
+
 def measure(chain: Chain) -> dict[str, int]:
-    provider, facilitator = chain.funded_keypair(), chain.funded_keypair()
+    provider, facilitator = chain.fund(keypair("provider")), chain.fund(keypair("facilitator"))
+    period = 30 * DAY if chain.can_time_travel else 3  # the real validator's clock only runs
     mint = chain.create_mint()
     dest = chain.token_account(provider.pubkey(), mint)
     out: dict[str, int] = {}
 
     ix = instructions.create_plan(
-        provider.pubkey(), 1, mint, dest, facilitator.pubkey(), 10 * USDC, 30 * DAY, 3 * DAY
+        provider.pubkey(), 1, mint, dest, facilitator.pubkey(), 10 * USDC, period, 3 * DAY
     )
     out["create_plan CU"] = chain.send_ok([ix], [provider]).compute_units
     plan = pda.plan_address(provider.pubkey(), 1)
 
-    plain, metered = chain.funded_keypair(), chain.funded_keypair()
+    plain, metered = chain.fund(keypair("plain")), chain.fund(keypair("metered"))
     plain_tok = chain.token_account(plain.pubkey(), mint, 100 * USDC)
     metered_tok = chain.token_account(metered.pubkey(), mint, 100 * USDC)
     ix = instructions.subscribe(plan, plain.pubkey(), plain_tok, mint, dest)
@@ -41,7 +53,7 @@ def measure(chain: Chain) -> dict[str, int]:
     )
     out["deduct_allowance CU"] = chain.send_ok([ix], [facilitator]).compute_units
 
-    chain.advance_to(chain.unix_timestamp() + 30 * DAY)
+    chain.advance_to(chain.unix_timestamp() + period)
     ix = instructions.collect(plan, plain.pubkey(), plain_tok, mint, dest, has_allowance=False)
     out["collect CU"] = chain.send_ok([ix], [facilitator]).compute_units
     ix = instructions.collect(plan, metered.pubkey(), metered_tok, mint, dest, has_allowance=True)
@@ -83,16 +95,40 @@ def measure(chain: Chain) -> dict[str, int]:
 
 
 def main() -> None:
-    with localnet() as node:
-        results = measure(Chain(node.url, node.can_time_travel))
-    if "--json" not in sys.argv:
-        print(f"validator: {node.kind}")
-    if "--json" in sys.argv:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--validator",
+        choices=[DROP_IN, TEST_VALIDATOR, "both"],
+        default=None,
+        help="where to measure (default: both when solana-test-validator is built)",
+    )
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    chosen = args.validator
+    if chosen is None:
+        try:
+            find_validator()
+            chosen = "both"
+        except ValidatorNotFound:
+            chosen = DROP_IN
+    kinds = [DROP_IN, TEST_VALIDATOR] if chosen == "both" else [chosen]
+    results: dict[str, dict[str, int]] = {}
+    for kind in kinds:
+        with localnet(validator=kind, deploy=True) as node:
+            results[node.describe()] = measure(Chain(node.url, node.can_time_travel))
+    if args.json:
         print(json.dumps(results, indent=2))
         return
-    width = max(map(len, results))
-    for name, value in results.items():
-        print(f"{name:<{width}}  {value:>12,}")
+    names = list(next(iter(results.values())))
+    width = max(map(len, names))
+    columns = list(results)
+    for i, column in enumerate(columns):
+        print(f"column {i + 1}: {column}")
+    print(f"{'':<{width}}  " + "  ".join(f"{f'({i + 1})':>12}" for i in range(len(columns))))
+    for name in names:
+        values = [results[c][name] for c in columns]
+        differs = "  differs" if len(set(values)) > 1 else ""
+        print(f"{name:<{width}}  " + "  ".join(f"{v:>12,}" for v in values) + differs)
 
 
 if __name__ == "__main__":

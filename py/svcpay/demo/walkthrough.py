@@ -50,8 +50,20 @@ from svcpay.program.generated.accounts.subscription import Subscription
 from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
 
 DAY = 86_400
-PERIOD = 30 * DAY
-SUBSCRIPTION_PRICE = to_base_units("10")  # the 30-day plan that opens GET /v1/resource
+
+
+def plan_times(chain: Chain) -> tuple[int, int]:
+    """(period, grace) of the demo's plans: a month and three days where the validator can
+    travel in time (the drop-in); on solana-test-validator, whose clock only runs, 20 and
+    5 seconds, so the renewal step waits a few seconds instead of a month."""
+    return (30 * DAY, 3 * DAY) if chain.can_time_travel else (20, 5)
+
+
+def format_period(secs: int) -> str:
+    return f"{secs // DAY} days" if secs >= DAY else f"{secs} seconds"
+
+
+SUBSCRIPTION_PRICE = to_base_units("10")  # the plan that opens GET /v1/resource
 METERED_PLAN_PRICE = to_base_units("1")  # the plan whose allowance POST /v1/process uses
 MAX_OVERAGE = to_base_units("0.30")  # the client's metered cap: three calls
 RAISE_BY = to_base_units("0.20")
@@ -145,15 +157,16 @@ def set_up_chain(chain: Chain) -> World:
     server_authority = chain.funded_keypair(10**9)
     pay_to = chain.token_account(provider.pubkey(), mint)
     plan, metered_plan = (pda.plan_address(provider.pubkey(), n) for n in (1, 2))
+    period, grace = plan_times(chain)
     created = chain.send_ok(
         [
             instructions.create_plan(
                 provider.pubkey(), 1, mint, pay_to, facilitator.pubkey(),
-                SUBSCRIPTION_PRICE, PERIOD, 3 * DAY,
+                SUBSCRIPTION_PRICE, period, grace,
             ),
             instructions.create_plan(
                 provider.pubkey(), 2, mint, pay_to, server_authority.pubkey(),
-                METERED_PLAN_PRICE, PERIOD, 3 * DAY,
+                METERED_PLAN_PRICE, period, grace,
             ),
         ],
         [provider],
@@ -444,14 +457,16 @@ class Walkthrough:
         return sub_id
 
     async def renewal(self, sub_id: Pubkey) -> None:
-        step("3. 30 days later: the facilitator's crank renews the subscription")
+        period = format_period(plan_times(self.chain)[0])
+        step(f"3. {period} later: the facilitator's crank renews the subscription")
         sub = await self.subscription_state(sub_id)
         before = self.balances()
         was = self.chain.unix_timestamp()
         self.chain.advance_to(sub.current_period_end)
+        how = "surfnet_timeTravel" if self.chain.can_time_travel else "waited for the cluster"
         say(
             f"validator clock {when(was)} → {when(self.chain.unix_timestamp())} "
-            "(surfnet_timeTravel): the period has ended"
+            f"({how}): the period has ended"
         )
         say("waiting for the crank (it runs every second in the facilitator process) …")
 
@@ -601,20 +616,6 @@ class Walkthrough:
 
 
 # -- running it --------------------------------------------------------------------------------
-@contextmanager
-def environment(**values: str) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 class Demo:
     """One run. `children`, `validator_url` and `tmp` stay readable afterwards (tests check
     that nothing is left behind)."""
@@ -630,11 +631,11 @@ class Demo:
         print("svcpay demo: the product as separate processes, a paying client, the spec's flows")
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="svcpay-demo-")))
         self.tmp = tmp
-        with environment(SVCPAY_LOCALNET="drop-in"):  # the validator that can travel in time
-            node = stack.enter_context(localnet())
+        # $SVCPAY_VALIDATOR picks it (scripts/demo --validator); the drop-in by default.
+        node = stack.enter_context(localnet(deploy=True))
         self.validator_url = node.url
-        expect(node.can_time_travel, f"the {node.kind} validator cannot move its clock")
-        say(f"local validator ({node.kind}) at {node.url}")
+        version = f", version {node.version}" if node.version else ""
+        say(f"local validator ({node.kind}) at {node.url}{version}")
         chain = Chain(node.url, node.can_time_travel)
         wall_start = min(int(time.time()), chain.unix_timestamp())
         world = set_up_chain(chain)

@@ -28,7 +28,8 @@ USDC = 10**6
 
 
 def rate(chain: Chain, http: httpx.Client, build: list[tuple[Instruction, Keypair]]) -> float:
-    blockhash = Hash.from_string(chain.rpc("getLatestBlockhash")["value"]["blockhash"])
+    latest = chain.rpc("getLatestBlockhash", {"commitment": "confirmed"})
+    blockhash = Hash.from_string(latest["value"]["blockhash"])
     wires = [
         base64.b64encode(
             bytes(VersionedTransaction(MessageV0.try_compile(s.pubkey(), [ix], [], blockhash), [s]))
@@ -42,7 +43,7 @@ def rate(chain: Chain, http: httpx.Client, build: list[tuple[Instruction, Keypai
             "jsonrpc": "2.0",
             "id": 1,
             "method": "sendTransaction",
-            "params": [wire, {"encoding": "base64"}],
+            "params": [wire, {"encoding": "base64", "preflightCommitment": "confirmed"}],
         }
         reply = http.post(chain.url, json=body).json()
         if "error" in reply:

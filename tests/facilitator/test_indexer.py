@@ -9,6 +9,7 @@ from solana.rpc.types import TxOpts
 from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
+from solders.signature import Signature
 
 from svcpay.facilitator.indexer import (
     ChainEvent,
@@ -185,6 +186,24 @@ async def test_from_the_beginning_reads_the_whole_history(
     assert everything.cursor == await head(client)
     empty = await read_events(client.rpc, Pubkey.new_unique(), None)
     assert empty == ([], None)
+
+
+async def test_a_cursor_the_node_does_not_hold_reads_everything_again(
+    chain: Chain, client: BillingClient
+) -> None:
+    provider = chain.funded_keypair()
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    plan = await client.create_plan(
+        provider, plan_id=1, mint=mint, destination=destination,
+        billing_authority=provider.pubkey(), amount=USDC, period_secs=DAY,
+    )  # fmt: skip
+    unknown = str(Signature.new_unique())  # another cluster's, or pruned history
+
+    batch = await read_events(client.rpc, PROGRAM_ID, unknown)
+
+    assert batch.events[-1].fields["plan"] == str(plan)
+    assert batch == await read_events(client.rpc, PROGRAM_ID, None)
 
 
 async def test_only_our_program_data_counts_at_any_depth(

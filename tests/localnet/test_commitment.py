@@ -3,6 +3,8 @@
 FINALITY_SLOTS (32) slots later. Code that reads at the default right after a confirmed write
 fails here as it would on a real cluster.
 
+Simulation and preflight run against the bank of their commitment, `finalized` by default too.
+
 Time travel stands in for the ~13 s of waiting: jumping 32 slots ahead finalizes everything.
 solana-test-validator cannot travel in time, so these run on the drop-in only.
 """
@@ -13,9 +15,12 @@ import base64
 from typing import Any
 
 import pytest
+from solders.hash import Hash
 from solders.keypair import Keypair
+from solders.message import MessageV0
 from solders.pubkey import Pubkey
 from solders.system_program import TransferParams, transfer
+from solders.transaction import VersionedTransaction
 
 from svcpay.localnet.process import Localnet
 from svcpay.program.generated.program_id import PROGRAM_ID
@@ -215,3 +220,55 @@ def test_commitment_is_parsed_as_the_rpc_parses_it(drop_in: Chain) -> None:
         chain.rpc("getAccountInfo", address, {"minContextSlot": tip})
     assert behind.value.data["contextSlot"] <= tip - FINALITY_SLOTS
     assert chain.rpc("getBalance", address, {"minContextSlot": tip, **CONFIRMED})["value"] > 0
+
+
+def test_simulation_runs_against_the_bank_of_its_commitment(drop_in: Chain) -> None:
+    """simulateTransaction and preflight read `finalized` by default: a fee payer funded
+    since is not there, a transaction landed since is not a duplicate there yet."""
+    chain = drop_in
+    payer = chain.funded_keypair(10**9)
+    finalized_blockhash = Hash.from_string(chain.rpc("getLatestBlockhash")["value"]["blockhash"])
+    ix = transfer(
+        TransferParams(from_pubkey=payer.pubkey(), to_pubkey=Pubkey.new_unique(), lamports=10**6)
+    )
+    tx = VersionedTransaction(
+        MessageV0.try_compile(payer.pubkey(), [ix], [], finalized_blockhash), [payer]
+    )
+    wire = base64.b64encode(bytes(tx)).decode()
+
+    def simulated(config: dict[str, Any] | None = None) -> Any:
+        config = {"encoding": "base64", **(config or {})}
+        return chain.rpc("simulateTransaction", wire, config)["value"]
+
+    assert simulated()["err"] == "AccountNotFound"
+    assert simulated(FINALIZED)["err"] == "AccountNotFound"
+    assert simulated(CONFIRMED)["err"] is None
+    with pytest.raises(RpcError) as refused:
+        chain.rpc("sendTransaction", wire, {"encoding": "base64"})
+    assert refused.value.data["err"] == "AccountNotFound"
+    assert balance(chain, payer.pubkey(), CONFIRMED) == 10**9  # simulation left it as it was
+
+    finalize_all(chain)
+    assert simulated()["err"] is None
+    sig = chain.rpc("sendTransaction", wire, {"encoding": "base64"})  # preflight passes now
+    assert status(chain, sig)["confirmationStatus"] == "confirmed"
+    assert simulated(CONFIRMED)["err"] == "AlreadyProcessed"
+    assert simulated()["err"] is None  # the finalized bank has not seen it yet
+    finalize_all(chain)
+    assert simulated()["err"] == "AlreadyProcessed"
+
+
+def test_history_bounds_not_yet_finalized_are_unknown_at_finalized(drop_in: Chain) -> None:
+    chain = drop_in
+    receiver = Pubkey.new_unique()
+    ix = transfer(
+        TransferParams(from_pubkey=chain.payer.pubkey(), to_pubkey=receiver, lamports=10**6)
+    )
+    sig = chain.send_ok([ix], [chain.payer]).signature
+    for bound in ("before", "until"):
+        with pytest.raises(RpcError) as unknown:
+            chain.rpc("getSignaturesForAddress", str(receiver), {bound: sig})
+        assert unknown.value.code == -32020
+        assert chain.rpc("getSignaturesForAddress", str(receiver), {bound: sig, **CONFIRMED}) == []
+    finalize_all(chain)
+    assert chain.rpc("getSignaturesForAddress", str(receiver), {"before": sig}) == []

@@ -1,7 +1,8 @@
 """Transaction history as Solana's RPC serves it: getSignaturesForAddress (newest first, failed
 transactions too, limit/before/until, memos) and getTransaction's json and jsonParsed shapes.
 
-Real shapes, so these hold against solana-test-validator as against the drop-in.
+Agave's shapes and errors, so these hold against solana-test-validator as against the drop-in.
+What a test wrote is confirmed, not yet finalized: history is read at `confirmed`.
 """
 
 from __future__ import annotations
@@ -31,24 +32,40 @@ MEMO = Pubkey.from_string("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr")
 CONFIRMED = {"commitment": "confirmed"}
 JSON_V0 = {"encoding": "json", "maxSupportedTransactionVersion": 0, **CONFIRMED}
 PARSED_V0 = {"encoding": "jsonParsed", "maxSupportedTransactionVersion": 0, **CONFIRMED}
-SIGNATURE_FIELDS = {"signature", "slot", "err", "memo", "blockTime", "confirmationStatus"}
+SIGNATURE_FIELDS = {
+    "signature",
+    "slot",
+    "err",
+    "memo",
+    "blockTime",
+    "confirmationStatus",
+    "transactionIndex",
+}
+NOT_FOUND = -32020  # a `before` or `until` the node's ledger does not hold
+
+
+def confirmed(chain: Chain, sig: str) -> str:
+    """Waits until `sig` is confirmed (a status can say `processed` first, which history
+    read at `confirmed` does not list yet)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status = chain.rpc("getSignatureStatuses", [sig])["value"][0]
+        if status is not None and status["confirmationStatus"] in ("confirmed", "finalized"):
+            return sig
+        time.sleep(0.1)
+    raise TimeoutError(f"{sig} was not confirmed")
 
 
 def land(chain: Chain, ixs: list[Instruction], signers: list[Keypair]) -> str:
     """Sends without preflight (so a failing transaction lands, paying its fee) and waits
-    until the cluster reports it."""
+    until it is confirmed."""
     blockhash = Hash.from_string(chain.rpc("getLatestBlockhash")["value"]["blockhash"])
     tx = VersionedTransaction(
         MessageV0.try_compile(signers[0].pubkey(), ixs, [], blockhash), signers
     )
     wire = base64.b64encode(bytes(tx)).decode()
     sig = str(chain.rpc("sendTransaction", wire, {"encoding": "base64", "skipPreflight": True}))
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if chain.rpc("getSignatureStatuses", [sig])["value"][0] is not None:
-            return sig
-        time.sleep(0.1)
-    raise TimeoutError(f"{sig} did not land")
+    return confirmed(chain, sig)
 
 
 def pay(chain: Chain, to: Pubkey, lamports: int, payer: Keypair | None = None) -> Instruction:
@@ -69,9 +86,15 @@ def history(chain: Chain) -> tuple[Pubkey, list[str]]:
     return address, [str(s) for s in reversed(sigs)]
 
 
+def listed_full(chain: Chain, address: Pubkey, **config: Any) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = chain.rpc(
+        "getSignaturesForAddress", str(address), {**CONFIRMED, **config}
+    )
+    return found
+
+
 def listed(chain: Chain, address: Pubkey, **config: Any) -> list[str]:
-    config = {**CONFIRMED, **config}
-    return [s["signature"] for s in chain.rpc("getSignaturesForAddress", str(address), config)]
+    return [s["signature"] for s in listed_full(chain, address, **config)]
 
 
 def test_signatures_come_newest_first_failed_ones_included(
@@ -91,6 +114,7 @@ def test_signatures_come_newest_first_failed_ones_included(
     assert slots == sorted(slots, reverse=True)
     assert all(isinstance(s["blockTime"], int) and s["memo"] is None for s in found)
     assert all(s["confirmationStatus"] in ("confirmed", "finalized") for s in found)
+    assert all(isinstance(s["transactionIndex"], int) and s["transactionIndex"] >= 0 for s in found)
 
 
 def test_limit_before_and_until_page_through_the_history(
@@ -102,10 +126,32 @@ def test_limit_before_and_until_page_through_the_history(
     assert listed(chain, address, until=sigs[2]) == sigs[:2]
     assert listed(chain, address, before=sigs[0], until=sigs[3]) == sigs[1:3]
     assert listed(chain, address, before=sigs[0], until=sigs[3], limit=1) == sigs[1:2]
-    unknown = str(Signature.new_unique())
-    assert listed(chain, address, before=unknown) == []  # nothing is older than the unknown
-    assert listed(chain, address, until=unknown) == sigs  # an unknown bound bounds nothing
+    # any transaction the ledger holds bounds the list by its place there
+    other = chain.send_ok([pay(chain, Pubkey.new_unique(), 10**6)], [chain.payer]).signature
+    assert other is not None
+    assert listed(chain, address, before=other) == sigs
+    assert listed(chain, address, until=other) == []
     assert listed(chain, Pubkey.new_unique()) == []
+
+
+def test_a_bound_the_ledger_does_not_hold_is_an_error(
+    chain: Chain, history: tuple[Pubkey, list[str]]
+) -> None:
+    """Agave without long-term storage refuses a `before` or `until` it cannot find."""
+    address, sigs = history
+    unknown = str(Signature.new_unique())
+    for bound in ("before", "until"):
+        with pytest.raises(RpcError) as refused:
+            listed(chain, address, **{bound: unknown})
+        assert refused.value.code == NOT_FOUND
+        assert refused.value.message == f"Transaction {unknown} not found"
+        assert refused.value.data is None
+    with pytest.raises(RpcError) as first:  # `before` is looked up first
+        listed(chain, address, before=unknown, until=str(Signature.new_unique()))
+    assert first.value.message == f"Transaction {unknown} not found"
+    with pytest.raises(RpcError) as until:
+        listed(chain, address, before=sigs[0], until=unknown)
+    assert until.value.message == f"Transaction {unknown} not found"
 
 
 def test_bad_parameters_are_refused_as_the_rpc_does(chain: Chain) -> None:
@@ -159,6 +205,8 @@ def test_get_transaction_json_carries_logs_error_and_version(
     _, sigs = history
     ok = chain.rpc("getTransaction", sigs[0], JSON_V0)
     assert ok["version"] == 0 and isinstance(ok["blockTime"], int) and ok["slot"] > 0
+    (summary,) = listed_full(chain, history[0], limit=1)
+    assert ok["transactionIndex"] == summary["transactionIndex"]
     meta = ok["meta"]
     assert meta["err"] is None and meta["status"] == {"Ok": None}
     assert meta["logMessages"] == [
@@ -276,11 +324,7 @@ def test_token_transactions_show_inner_instructions_and_token_balances(chain: Ch
 
 def test_airdrops_are_transactions_in_the_history(chain: Chain) -> None:
     kp = Keypair()
-    sig = chain.rpc("requestAirdrop", str(kp.pubkey()), 10**9)
-    deadline = time.monotonic() + 30
-    while chain.rpc("getSignatureStatuses", [sig])["value"][0] is None:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    sig = confirmed(chain, chain.rpc("requestAirdrop", str(kp.pubkey()), 10**9))
     assert sig in listed(chain, kp.pubkey())
     # without maxSupportedTransactionVersion: a legacy client, no version field
     tx = chain.rpc("getTransaction", sig, {"encoding": "jsonParsed", **CONFIRMED})

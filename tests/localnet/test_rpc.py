@@ -1,29 +1,69 @@
-"""The drop-in validator speaks Solana JSON-RPC: shapes, error codes, history, time travel.
+"""Solana JSON-RPC as agave serves it: HTTP and JSON-RPC errors, shapes, preflight, time travel.
 
-These run against whatever local validator the session started; the time-travel tests need
-the drop-in (solana-test-validator cannot travel in time).
+These run against whatever local validator the session started and hold on both, agave's
+answers being the reference; time travel is the drop-in's alone (marked drop_in_only).
 """
 
 from __future__ import annotations
 
 import base64
+import time
+from typing import Any
 
 import httpx
 import pytest
 from solana.rpc.api import Client
 from solana.rpc.commitment import Confirmed
+from solders.hash import Hash
+from solders.instruction import Instruction
 from solders.keypair import Keypair
+from solders.message import Message, MessageV0
 from solders.pubkey import Pubkey
 from solders.system_program import TransferParams, transfer
+from solders.transaction import VersionedTransaction
 
 from svcpay.localnet.process import Localnet
 from svcpay.program.generated.program_id import PROGRAM_ID
 from tests.support.billing import DAY, USDC, Billing
 from tests.support.chain import Chain, RpcError
 
+CONFIRMED = {"commitment": "confirmed"}
+# How agave words the preflight failure of a fee payer the preflight bank does not know
+NO_PRIOR_CREDIT = (
+    "Transaction simulation failed: "
+    "Attempt to debit an account but found no record of a prior credit."
+)
 
-def raw(validator: Localnet, body: object) -> object:
+
+def raw(validator: Localnet, body: object) -> Any:
     return httpx.post(validator.url, json=body, timeout=10).json()
+
+
+def post(validator: Localnet, content: bytes, **headers: str) -> httpx.Response:
+    return httpx.post(validator.url, content=content, headers=headers, timeout=10)
+
+
+def transfer_wire(payer: Keypair, blockhash: Hash, lamports: int = 10**7) -> str:
+    """A signed transfer to a new address, base64."""
+    ix = transfer(
+        TransferParams(from_pubkey=payer.pubkey(), to_pubkey=Pubkey.new_unique(), lamports=lamports)
+    )
+    tx = VersionedTransaction(MessageV0.try_compile(payer.pubkey(), [ix], [], blockhash), [payer])
+    return base64.b64encode(bytes(tx)).decode()
+
+
+def blockhash(chain: Chain, *config: dict[str, str]) -> Hash:
+    return Hash.from_string(chain.rpc("getLatestBlockhash", *config)["value"]["blockhash"])
+
+
+def wait_confirmed(chain: Chain, sig: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status = chain.rpc("getSignatureStatuses", [sig])["value"][0]
+        if status is not None and status["confirmationStatus"] in ("confirmed", "finalized"):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{sig} was not confirmed")
 
 
 def test_unknown_methods_get_method_not_found(validator: Localnet) -> None:
@@ -36,11 +76,81 @@ def test_unknown_methods_get_method_not_found(validator: Localnet) -> None:
 
 
 def test_malformed_requests_get_json_rpc_errors(validator: Localnet) -> None:
-    assert raw(validator, {"id": 1})["error"]["code"] == -32600  # type: ignore[index]
-    reply = httpx.post(validator.url, content=b"{not json", timeout=10).json()
-    assert reply["error"]["code"] == -32700
-    bad_key = {"jsonrpc": "2.0", "id": 1, "method": "getBalance", "params": ["not-a-key"]}
-    assert raw(validator, bad_key)["error"]["code"] == -32602  # type: ignore[index]
+    def error(body: object) -> Any:
+        reply = raw(validator, body)
+        assert isinstance(reply, dict) and "result" not in reply
+        return reply
+
+    assert error({"id": 1}) == {
+        "jsonrpc": "2.0",
+        "error": {"code": -32600, "message": "Invalid request"},
+        "id": 1,
+    }
+    not_json = post(validator, b"{not json", **{"Content-Type": "application/json"})
+    assert not_json.status_code == 200
+    assert not_json.json() == {
+        "jsonrpc": "2.0",
+        "error": {"code": -32700, "message": "Parse error"},
+        "id": None,
+    }
+    assert error([1])["error"] == {"code": -32700, "message": "Parse error"}  # not a call
+    negative_id = {"jsonrpc": "2.0", "id": -1, "method": "getHealth"}
+    assert error(negative_id)["error"] == {"code": -32700, "message": "Parse error"}
+    no_version = {"id": 2, "method": "getHealth"}
+    assert error(no_version) == {  # and no "jsonrpc" in the answer either
+        "error": {"code": -32600, "message": "Unsupported JSON-RPC protocol version"},
+        "id": 2,
+    }
+    call = {"jsonrpc": "2.0", "id": 1, "method": "getBalance"}
+    assert error({**call, "params": ["not-a-key"]})["error"] == {
+        "code": -32602,
+        "message": "Invalid param: Invalid",
+    }
+    assert error({**call, "params": {"pubkey": "x"}})["error"] == {
+        "code": -32602,
+        "message": "`params` should be an array",
+    }
+    assert error({**call, "params": []})["error"] == {
+        "code": -32602,
+        "message": "`params` should have at least 1 argument(s)",
+    }
+    assert error({**call, "params": [str(PROGRAM_ID), {}, 3]})["error"] == {
+        "code": -32602,
+        "message": "Invalid parameters: Expected from 1 to 2 parameters.",
+        "data": '"Got: 3"',
+    }
+    assert error({**call, "params": "x"})["error"]["code"] == -32600
+
+
+def test_requests_that_are_not_json_rpc_get_http_errors(validator: Localnet) -> None:
+    """What agave's HTTP server (jsonrpc-http-server) answers before any JSON-RPC."""
+    body = b'{"jsonrpc": "2.0", "id": 1, "method": "getHealth"}'
+    for content_type in (None, "text/plain", "application/json-rpc"):
+        reply = post(validator, body, **({"Content-Type": content_type} if content_type else {}))
+        assert reply.status_code == 415
+        assert reply.headers["content-type"] == "text/plain; charset=utf-8"
+        assert reply.text == (
+            "Supplied content type is not allowed. Content-Type: application/json is required\n"
+        )
+    for content_type in ("application/json", "Application/JSON; charset=UTF-8"):
+        assert post(validator, body, **{"Content-Type": content_type}).json()["result"] == "ok"
+    get = httpx.get(validator.url, timeout=10)
+    assert get.status_code == 405
+    assert get.text == "Used HTTP Method is not allowed. POST or OPTIONS is required\n"
+    health = httpx.get(validator.url.rstrip("/") + "/health", timeout=10)
+    assert (health.status_code, health.text) == (200, "ok")
+    json_body = {"Content-Type": "application/json"}
+    notification = post(validator, b'{"jsonrpc": "2.0", "method": "getHealth"}', **json_body)
+    assert (notification.status_code, notification.content) == (200, b"")
+    assert post(validator, b"[]", **json_body).content == b""  # an empty batch: no answer
+    too_large = post(validator, b" " * (50 * 1024 + 1), **json_body)
+    assert too_large.status_code == 413
+    assert too_large.text == "request body size exceeds allowed maximum"
+    not_utf8 = post(validator, b"\xff", **json_body)
+    assert (not_utf8.status_code, not_utf8.text) == (
+        400,
+        "utf-8 encoding error at byte 0 in request body",
+    )
 
 
 def test_batches_answer_each_request(validator: Localnet) -> None:
@@ -51,8 +161,8 @@ def test_batches_answer_each_request(validator: Localnet) -> None:
             {"jsonrpc": "2.0", "id": 2, "method": "getVersion"},
         ],
     )
-    assert [r["id"] for r in replies] == [1, 2]  # type: ignore[union-attr,index]
-    assert replies[0]["result"] == "ok"  # type: ignore[index]
+    assert [r["id"] for r in replies] == [1, 2]
+    assert replies[0]["result"] == "ok"
 
 
 def test_failed_preflight_reports_the_error_logs_and_units(chain: Chain, billing: Billing) -> None:
@@ -102,9 +212,8 @@ def test_token_account_balance(chain: Chain, billing: Billing) -> None:
     assert value == {"amount": "1500000", "decimals": 6, "uiAmount": 1.5, "uiAmountString": "1.5"}
 
 
+@pytest.mark.drop_in_only("time travel is the drop-in's cheatcode: agave has no such method")
 def test_time_travel_moves_the_clock_forward_only(chain: Chain) -> None:
-    if not chain.can_time_travel:
-        pytest.skip("solana-test-validator cannot travel in time")
     now = chain.unix_timestamp()
     chain.time_travel(now + 30 * DAY)
     assert chain.unix_timestamp() >= now + 30 * DAY
@@ -116,7 +225,9 @@ def test_time_travel_moves_the_clock_forward_only(chain: Chain) -> None:
 def test_solana_py_parses_the_responses(validator: Localnet, chain: Chain) -> None:
     client = Client(validator.url, commitment=Confirmed)  # reads what it just wrote
     kp = Keypair()
-    assert client.request_airdrop(kp.pubkey(), 10**9).value is not None
+    airdrop = client.request_airdrop(kp.pubkey(), 10**9).value
+    assert airdrop is not None
+    client.confirm_transaction(airdrop, Confirmed, sleep_seconds=0.1)  # sent is not confirmed
     assert client.get_balance(kp.pubkey()).value == 10**9
     assert client.get_latest_blockhash().value.blockhash is not None
     info = client.get_account_info(PROGRAM_ID).value
@@ -125,14 +236,14 @@ def test_solana_py_parses_the_responses(validator: Localnet, chain: Chain) -> No
 
 
 def test_data_slices_are_applied_and_checked(validator: Localnet) -> None:
-    def info(config: object) -> dict:  # type: ignore[type-arg]
+    def info(config: object) -> Any:
         body = {
             "jsonrpc": "2.0",
             "id": 1,
             "method": "getAccountInfo",
             "params": [str(PROGRAM_ID), config],
         }
-        return raw(validator, body)  # type: ignore[return-value]
+        return raw(validator, body)
 
     sliced = info({"encoding": "base64", "dataSlice": {"offset": 0, "length": 4}})
     assert len(base64.b64decode(sliced["result"]["value"]["data"][0])) == 4
@@ -144,48 +255,72 @@ def test_data_slices_are_applied_and_checked(validator: Localnet) -> None:
 
 
 def test_a_recent_blockhash_stays_valid_and_an_unknown_one_is_refused(chain: Chain) -> None:
-    from solders.hash import Hash
-    from solders.message import MessageV0
-    from solders.transaction import VersionedTransaction
-
-    payer = chain.payer
-    blockhash = Hash.from_string(chain.rpc("getLatestBlockhash")["value"]["blockhash"])
-
-    def send_with(bh: Hash, lamports: int) -> str:
-        ix = transfer(
-            TransferParams(
-                from_pubkey=payer.pubkey(), to_pubkey=Pubkey.new_unique(), lamports=lamports
-            )
-        )
-        tx = VersionedTransaction(MessageV0.try_compile(payer.pubkey(), [ix], [], bh), [payer])
-        return str(
-            chain.rpc(
-                "sendTransaction", base64.b64encode(bytes(tx)).decode(), {"encoding": "base64"}
-            )
-        )
-
-    send_with(blockhash, 10**7)
-    send_with(blockhash, 2 * 10**7)  # same blockhash, later block: still fine
-    assert chain.rpc("isBlockhashValid", str(blockhash))["value"] is True
+    recent = blockhash(chain, CONFIRMED)
+    config = {"encoding": "base64", "preflightCommitment": "confirmed"}  # as svcpay sends
+    chain.rpc("sendTransaction", transfer_wire(chain.payer, recent, 10**7), config)
+    # same blockhash, later block: still fine
+    chain.rpc("sendTransaction", transfer_wire(chain.payer, recent, 2 * 10**7), config)
+    assert chain.rpc("isBlockhashValid", str(recent), CONFIRMED)["value"] is True
     with pytest.raises(RpcError) as unknown:
-        send_with(Hash.new_unique(), 10**7)
+        chain.rpc("sendTransaction", transfer_wire(chain.payer, Hash.new_unique()), config)
     assert unknown.value.code == -32002 and unknown.value.data["err"] == "BlockhashNotFound"
+    assert unknown.value.message == "Transaction simulation failed: Blockhash not found"
 
 
 def test_the_same_transaction_twice_is_a_duplicate(chain: Chain) -> None:
-    from solders.hash import Hash
-    from solders.message import MessageV0
-    from solders.transaction import VersionedTransaction
-
-    payer = chain.payer
-    bh = Hash.from_string(chain.rpc("getLatestBlockhash")["value"]["blockhash"])
-    ix = transfer(
-        TransferParams(from_pubkey=payer.pubkey(), to_pubkey=Pubkey.new_unique(), lamports=10**7)
-    )
-    wire = base64.b64encode(
-        bytes(VersionedTransaction(MessageV0.try_compile(payer.pubkey(), [ix], [], bh), [payer]))
-    ).decode()
-    chain.rpc("sendTransaction", wire, {"encoding": "base64"})
-    with pytest.raises(RpcError) as again:
-        chain.rpc("sendTransaction", wire, {"encoding": "base64"})
+    wire = transfer_wire(chain.payer, blockhash(chain, CONFIRMED))
+    config = {"encoding": "base64", "preflightCommitment": "confirmed"}
+    wait_confirmed(chain, chain.rpc("sendTransaction", wire, config))
+    with pytest.raises(RpcError) as again:  # the confirmed bank has seen it
+        chain.rpc("sendTransaction", wire, config)
     assert again.value.data["err"] == "AlreadyProcessed"
+    assert again.value.message == (
+        "Transaction simulation failed: This transaction has already been processed"
+    )
+
+
+def test_preflight_and_simulation_read_finalized_unless_told(chain: Chain) -> None:
+    """Preflight and simulateTransaction run against the bank of their commitment,
+    `finalized` unless the request names one: right after an airdrop (confirmed, not yet
+    finalized) the fee payer does not exist there."""
+    payer = chain.funded_keypair(10**9)
+    # a blockhash the finalized bank knows (a confirmed one is not there yet either)
+    wire = transfer_wire(payer, blockhash(chain))
+    with pytest.raises(RpcError) as refused:
+        chain.rpc("sendTransaction", wire, {"encoding": "base64"})
+    assert refused.value.code == -32002
+    assert refused.value.message == NO_PRIOR_CREDIT
+    assert refused.value.data["err"] == "AccountNotFound"
+    simulated = chain.rpc("simulateTransaction", wire, {"encoding": "base64"})["value"]
+    assert simulated["err"] == "AccountNotFound"
+
+    simulated = chain.rpc("simulateTransaction", wire, {"encoding": "base64", **CONFIRMED})
+    assert simulated["value"]["err"] is None and simulated["value"]["unitsConsumed"] > 0
+    sig = chain.rpc(
+        "sendTransaction", wire, {"encoding": "base64", "preflightCommitment": "confirmed"}
+    )
+    wait_confirmed(chain, sig)
+
+
+def test_a_transaction_larger_than_a_packet_is_refused(chain: Chain) -> None:
+    memo = Pubkey.from_string("MemoSq4gqABAXKb1JyMUNp1rPMfWmK9BCZDwgVgkU2n")
+    blockhash = Hash.from_string(
+        chain.rpc("getLatestBlockhash", {"commitment": "confirmed"})["value"]["blockhash"]
+    )
+
+    def wire(size: int) -> bytes:
+        probe = Message.new_with_blockhash(
+            [Instruction(memo, b"", [])], chain.payer.pubkey(), blockhash
+        )
+        overhead = len(bytes(VersionedTransaction(probe, [chain.payer]))) + 1  # length prefix
+        ix = Instruction(memo, b"x" * (size - overhead), [])
+        msg = Message.new_with_blockhash([ix], chain.payer.pubkey(), blockhash)
+        tx = bytes(VersionedTransaction(msg, [chain.payer]))
+        assert len(tx) == size
+        return tx
+
+    config = {"encoding": "base64", "skipPreflight": True}
+    with pytest.raises(RpcError) as refused:
+        chain.rpc("sendTransaction", base64.b64encode(wire(1233)).decode(), config)
+    assert refused.value.code == -32602 and "too large: 1233 bytes" in refused.value.message
+    assert chain.rpc("sendTransaction", base64.b64encode(wire(1232)).decode(), config)

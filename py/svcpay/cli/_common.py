@@ -317,7 +317,8 @@ async def send(action: Callable[[], Awaitable[T]]) -> T:
     try:
         return await action()
     except TransactionError as e:
-        if "AlreadyProcessed" not in str(e):
+        # agave's preflight words it "This transaction has already been processed"
+        if "AlreadyProcessed" not in str(e) and "already been processed" not in str(e):
             raise
     return await action()
 

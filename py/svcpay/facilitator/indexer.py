@@ -17,9 +17,9 @@ makes a stable key (`ChainEvent.key`).
     for event in batch.events: ...   # oldest first
     cursor = batch.cursor            # store it: the next call returns only what is newer
 
-A cursor the node does not know (another cluster, or pruned history) bounds nothing:
-getSignaturesForAddress ignores an unknown `until`, so everything it holds comes back again;
-consumers key events by `ChainEvent.key` and store each once.
+A cursor the node does not know (another cluster, or pruned history) bounds nothing: agave
+answers an unknown `until` with -32020 "Transaction ... not found", and the read starts again
+from everything the node holds; consumers key events by `ChainEvent.key` and store each once.
 """
 
 from __future__ import annotations
@@ -32,12 +32,15 @@ from typing import Any, NamedTuple, TypeAlias
 
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Commitment, Confirmed
+from solana.rpc.core import RPCException
 from solders.pubkey import Pubkey
+from solders.rpc.responses import GetSignaturesForAddressResp
 from solders.signature import Signature
 
 from svcpay.program.events import decode_logs
 
 MAX_PAGE = 1000  # getSignaturesForAddress's largest page
+TRANSACTION_NOT_FOUND = -32020  # agave's answer to a before/until signature it does not hold
 
 JsonValue: TypeAlias = str | int | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
 
@@ -159,11 +162,16 @@ async def _new_signatures(
     before: Signature | None = None
     out: list[tuple[str, bool]] = []
     while True:
-        page = (
-            await rpc.get_signatures_for_address(
-                program_id, before=before, until=until, limit=page_size, commitment=commitment
-            )
-        ).value
+        reply: object = await rpc.get_signatures_for_address(
+            program_id, before=before, until=until, limit=page_size, commitment=commitment
+        )
+        if not isinstance(reply, GetSignaturesForAddressResp):
+            # solders parses an error code it has no type for (-32020) as the bare code
+            if until is not None and reply == TRANSACTION_NOT_FOUND:
+                until, before, out = None, None, []  # the cursor bounds nothing: read it all
+                continue
+            raise RPCException(f"getSignaturesForAddress failed: {reply}")
+        page = reply.value
         out += [(str(s.signature), s.err is not None) for s in page]
         if len(page) < page_size:
             return out

@@ -1,8 +1,9 @@
 """JSON-RPC methods of the drop-in validator, with the Solana RPC's shapes and error codes.
 
 Each method takes the request's `params` list and returns the `result` value, or raises
-RpcError. Only what solana-py, anchorpy and svcpay use is implemented; any other method gets
-JSON-RPC's "method not found".
+RpcError; how many parameters it takes is checked first, with agave's errors (ARITY). Only
+what solana-py, anchorpy and svcpay use is implemented; any other method gets JSON-RPC's
+"method not found".
 
 Reads honour `commitment` (see node.py): `processed` and `confirmed` see the tip, `finalized`
 (the default, as on a cluster) sees the state FINALITY_SLOTS behind it, and `context.slot` is
@@ -12,6 +13,7 @@ the slot of the level read.
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +34,13 @@ from svcpay.localnet.rpc_errors import (
 
 TOKEN_PROGRAM = "TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA"
 VERSION = {"solana-core": "3.0.0-svcpay-localnet", "feature-set": 0}
+# (required, total) positional parameters of each method, as agave declares them
+ARITY = {
+    **dict.fromkeys(("getHealth", "getVersion", "getGenesisHash"), (0, 0)),
+    **dict.fromkeys(("getSlot", "getBlockHeight", "getEpochInfo", "getLatestBlockhash"), (0, 1)),
+    "requestAirdrop": (2, 3),
+    "surfnet_timeTravel": (1, 1),
+}
 
 __all__ = ["Methods", "RpcError"]
 
@@ -45,13 +54,15 @@ class Methods(TransactionMethods):
             if name.startswith("rpc_")
         }
 
-    def call(self, method: str, params: list[Any]) -> Any:
+    def call(self, method: str, params: list[Any] | dict[str, Any] | None) -> Any:
+        """Runs `method` with the request's `params` (None: absent or null)."""
         fn = self.table.get(method)
         if fn is None:
             raise RpcError(METHOD_NOT_FOUND, "Method not found")
+        args = _positional(params, *ARITY.get(method, (1, 2)))
         with self.node.lock:
             self.node.tick()  # slots follow the wall clock, read or write
-            return fn(params)
+            return fn(args)
 
     def _context(self, value: Any, slot: int | None = None) -> dict[str, Any]:
         """An RpcResponse: `value` read at `slot` (default: the tip)."""
@@ -228,6 +239,53 @@ class Methods(TransactionMethods):
         if not isinstance(lamports, int) or lamports <= 0:
             raise RpcError(INVALID_PARAMS, "Invalid param: lamports must be a positive integer")
         return self.node.airdrop(address, lamports)
+
+
+def _positional(params: list[Any] | dict[str, Any] | None, required: int, total: int) -> list[Any]:
+    """The params as a list, refused as agave's (jsonrpc-derive's) checks refuse them."""
+    if total == 0:
+        if isinstance(params, dict) or params:  # absent, null or [] only
+            raise RpcError(
+                INVALID_PARAMS, "Invalid parameters: No parameters were expected", _debug(params)
+            )
+        return []
+    if isinstance(params, dict):
+        raise RpcError(INVALID_PARAMS, "`params` should be an array")
+    args = params or []
+    if len(args) < required:
+        raise RpcError(INVALID_PARAMS, f"`params` should have at least {required} argument(s)")
+    if len(args) > total:
+        raise RpcError(
+            INVALID_PARAMS,
+            f"Invalid parameters: Expected from {required} to {total} parameters.",
+            f'"Got: {len(args)}"',
+        )
+    return args
+
+
+def _debug(params: list[Any] | dict[str, Any]) -> str:
+    """Params as Rust's Debug prints jsonrpc-core's Params (agave's error data)."""
+    if isinstance(params, list):
+        return f"Array([{', '.join(_debug_value(v) for v in params)}])"
+    return (
+        "Map({" + ", ".join(f"{json.dumps(k)}: {_debug_value(v)}" for k, v in params.items()) + "})"
+    )
+
+
+def _debug_value(value: Any) -> str:
+    """A JSON value as Rust's Debug prints serde_json's Value."""
+    if value is None:
+        return "Null"
+    if isinstance(value, bool):
+        return f"Bool({str(value).lower()})"
+    if isinstance(value, int | float):
+        return f"Number({value})"
+    if isinstance(value, str):
+        return f"String({json.dumps(value)})"
+    if isinstance(value, list):
+        return f"Array [{', '.join(_debug_value(v) for v in value)}]"
+    items = ", ".join(f"{json.dumps(k)}: {_debug_value(v)}" for k, v in value.items())
+    return f"Object {{{items}}}"
 
 
 def _matches(flt: dict[str, Any], data: bytes) -> bool:

@@ -2,7 +2,9 @@
 
 A landed transaction is `confirmed` at once and `finalized` FINALITY_SLOTS later (node.py):
 getSignatureStatuses says which; getTransaction and getSignaturesForAddress at `finalized`
-(their default) see only finalized ones, as on a cluster.
+(their default) see only finalized ones, as on a cluster. simulateTransaction runs against the
+bank of its `commitment`, and sendTransaction's preflight against that of its
+`preflightCommitment`, both `finalized` by default, as agave's do.
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ from solders.transaction import VersionedTransaction
 from svcpay.localnet import parsed
 from svcpay.localnet.node import CONFIRMED, FINALIZED, BlockhashNotFound, Node, TxRecord
 from svcpay.localnet.rpc_errors import (
+    FILTER_TRANSACTION_NOT_FOUND,
     INVALID_PARAMS,
     MIN_CONTEXT_SLOT_NOT_REACHED,
     SIMULATION_FAILED,
     UNSUPPORTED_TRANSACTION_VERSION,
     RpcError,
     check_commitment,
+    commitment,
+    describe,
     param,
     pubkey,
     signature,
@@ -55,6 +60,9 @@ RESERVED_ACCOUNT_KEYS = frozenset(
 )
 
 
+PACKET_DATA_SIZE = 1232  # a transaction's largest wire size (IPv6 MTU less headers)
+
+
 class TransactionMethods:
     node: Node
 
@@ -69,13 +77,27 @@ class TransactionMethods:
             raw = (base64.b64decode if encoding == "base64" else base58.b58decode)(
                 param(params, 0, "transaction")
             )
+        except (ValueError, TypeError) as e:
+            raise RpcError(INVALID_PARAMS, f"invalid transaction: {e}") from e
+        if len(raw) > PACKET_DATA_SIZE:  # the RPC refuses what would not fit in a packet
+            raise RpcError(
+                INVALID_PARAMS,
+                "decoded solana_transaction::versioned::VersionedTransaction too large: "
+                f"{len(raw)} bytes (max: {PACKET_DATA_SIZE} bytes)",
+            )
+        try:
             return VersionedTransaction.from_bytes(raw), config
         except (ValueError, TypeError) as e:
             raise RpcError(INVALID_PARAMS, f"invalid transaction: {e}") from e
 
     def rpc_simulateTransaction(self, params: list[Any]) -> dict[str, Any]:
-        tx, _ = self._decode_tx(params)
-        err, logs, units = self.node.simulate(tx)
+        """Runs the transaction against the bank of `commitment` (default finalized);
+        signatures are checked only with `sigVerify` (default false)."""
+        tx, config = self._decode_tx(params)
+        level = commitment(config)
+        self._check_min_context_slot(config, self.node.slot_at(level))
+        sig_verify = config.get("sigVerify", False)
+        err, logs, units = self.node.simulate(tx, level, sig_verify=sig_verify is True)
         value = {
             "err": err,
             "logs": logs,
@@ -83,16 +105,21 @@ class TransactionMethods:
             "accounts": None,
             "returnData": None,
         }
-        return self._context(value)
+        return self._context(value, self.node.slot_at(level))
 
     def rpc_sendTransaction(self, params: list[Any]) -> str:
+        """Preflight (unless `skipPreflight`) simulates against the bank of
+        `preflightCommitment`, default finalized: a transaction that pays from an account
+        created since, or names a newer blockhash, is refused there, as by agave."""
         tx, config = self._decode_tx(params)
         if not config.get("skipPreflight", False):
-            err, logs, units = self.node.simulate(tx)
+            level = commitment(config, "preflightCommitment")
+            self._check_min_context_slot(config, self.node.slot_at(level))
+            err, logs, units = self.node.simulate(tx, level)
             if err is not None:
                 raise RpcError(
                     SIMULATION_FAILED,
-                    f"Transaction simulation failed: {_describe(err)}",
+                    f"Transaction simulation failed: {describe(err)}",
                     {
                         "err": err,
                         "logs": logs,
@@ -107,7 +134,7 @@ class TransactionMethods:
             # A cluster would drop it silently; saying so is kinder and as correct.
             raise RpcError(
                 SIMULATION_FAILED,
-                "Transaction simulation failed: Blockhash not found",
+                f"Transaction simulation failed: {describe('BlockhashNotFound')}",
                 {
                     "err": "BlockhashNotFound",
                     "logs": [],
@@ -186,14 +213,16 @@ class TransactionMethods:
         if max_version is not None:  # older clients cannot take the field
             out["version"] = 0 if v0 else "legacy"
         out["blockTime"] = rec.block_time
+        out["transactionIndex"] = rec.index
         return out
 
     def rpc_getSignaturesForAddress(self, params: list[Any]) -> list[dict[str, Any]]:
         """Signatures of the landed transactions naming `address` (failed ones too), newest
         first: at most `limit` (1..1000, default 1000), older than `before`, newer than
-        `until`. An unknown `before` finds nothing; an unknown `until` bounds nothing. At
-        finalized (the default) only finalized transactions are listed, and a `before` or
-        `until` not yet finalized is unknown; each carries its own confirmationStatus."""
+        `until`. A `before` or `until` the ledger does not hold is -32020, as from an agave
+        node without long-term storage. At finalized (the default) only finalized
+        transactions are listed, and a `before` or `until` not yet finalized is unknown; each
+        carries its own confirmationStatus and its transactionIndex in its block."""
         address = str(pubkey(param(params, 0, "address")))
         config = param(params, 1, "config", {})
         if not isinstance(config, dict):
@@ -212,11 +241,14 @@ class TransactionMethods:
         self._check_min_context_slot(config, self.node.slot_at(level))
         node, history = self.node, self.node.history
         newest, oldest = len(history) + 1, 0  # exclusive bounds on TxRecord.order
+        for bound in (before, until):
+            if bound is not None and (
+                bound not in history or not node.visible(history[bound], level)
+            ):
+                raise RpcError(FILTER_TRANSACTION_NOT_FOUND, f"Transaction {bound} not found")
         if before is not None:
-            if before not in history or not node.visible(history[before], level):
-                return []
             newest = history[before].order
-        if until is not None and until in history and node.visible(history[until], level):
+        if until is not None:
             oldest = history[until].order
         out: list[dict[str, Any]] = []
         for sig in reversed(node.by_address.get(address, [])):
@@ -228,7 +260,8 @@ class TransactionMethods:
             status = FINALIZED if node.is_finalized(rec) else CONFIRMED
             out.append(
                 {"signature": sig, "slot": rec.slot, "err": rec.err, "memo": rec.memo,
-                 "blockTime": rec.block_time, "confirmationStatus": status}
+                 "blockTime": rec.block_time, "confirmationStatus": status,
+                 "transactionIndex": rec.index}
             )  # fmt: skip
         return out
 
@@ -244,17 +277,6 @@ class TransactionMethods:
                 "Minimum context slot has not been reached",
                 {"contextSlot": slot},
             )
-
-
-def _describe(err: Any) -> str:
-    if isinstance(err, dict) and "InstructionError" in err:
-        index, inner = err["InstructionError"]
-        if isinstance(inner, dict) and "Custom" in inner:
-            return (
-                f"Error processing Instruction {index}: custom program error: {inner['Custom']:#x}"
-            )
-        return f"Error processing Instruction {index}: {inner}"
-    return str(err)
 
 
 def _status(err: Any) -> dict[str, Any]:

@@ -10,6 +10,14 @@ dropped as slots pass, so memory stays bounded (a burst of writes is held for ~1
 travel jumps the slot far ahead and so finalizes everything. Sysvars (the Clock) are not
 versioned: they read at the current slot at every level.
 
+Simulation (simulateTransaction, and sendTransaction's preflight) runs against the bank of its
+commitment, as agave's does: the blockhash must be known to that bank, a transaction that bank
+has already seen is AlreadyProcessed, and at `finalized` every account the transaction names is
+briefly set back to its pre-image, simulated against, and restored. So a preflight left at the
+default (`finalized`) right after an airdrop fails with AccountNotFound here as on a cluster.
+The node keeps the history itself (LiteSVM's is off): a transaction already landed is
+AlreadyProcessed, and not run again.
+
 Runs in its own environment (solders 0.29, whose LiteSVM loads SBPF v3 and knows mainnet's
 feature set); imports nothing of svcpay but this package. One lock serialises all access:
 LiteSVM is not thread-safe and a validator processes transactions in order anyway.
@@ -17,6 +25,7 @@ LiteSVM is not thread-safe and a validator processes transactions in order anywa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -52,6 +61,9 @@ PROCESSED, CONFIRMED, FINALIZED = "processed", "confirmed", "finalized"
 COMMITMENTS = (PROCESSED, CONFIRMED, FINALIZED)
 LOOKUP_TABLE_META_SIZE = 56  # an address lookup table's header; its addresses follow
 
+# What LiteSVM holds for an address with no account (it reads back as None)
+_NO_ACCOUNT = Account(0, b"", Pubkey.from_string(parsed.SYSTEM))
+
 # (program id index, account indexes, data, stack height) of one inner instruction
 InnerInstruction = tuple[int, list[int], bytes, int | None]
 
@@ -79,6 +91,7 @@ class TxRecord:
     return_data: tuple[str, bytes] | None = None  # (program id, data) when data was set
     memo: str | None = None
     order: int = 0  # position in the ledger: later transactions have larger numbers
+    index: int = 0  # position in its slot's block (transactionIndex)
 
 
 class BlockhashNotFound(ValueError):
@@ -94,8 +107,14 @@ class Node:
 
     def __init__(self, programs: list[tuple[Pubkey, Path]]) -> None:
         self.lock = threading.RLock()
-        # LiteSVM accepts only its latest blockhash; a cluster accepts the last 150.
-        self.svm = LiteSVM().with_mainnet_features().with_blockhash_check(False)
+        # LiteSVM accepts only its latest blockhash; a cluster accepts the last 150. Its own
+        # history is off: the node's decides what is AlreadyProcessed, at each commitment.
+        self.svm = (
+            LiteSVM()
+            .with_mainnet_features()
+            .with_blockhash_check(False)
+            .with_transaction_history(0)
+        )
         # the last RECENT_BLOCKHASHES blockhashes, oldest first, each with the slot it began
         self.recent: dict[str, int] = {}
         for program_id, path in programs:
@@ -117,6 +136,7 @@ class Node:
             self.faucet.pubkey(), Account(FAUCET_LAMPORTS, b"", Pubkey.from_string(parsed.SYSTEM))
         )
         self.transaction_count = 0
+        self._block = (-1, 0)  # (slot, transactions landed in it so far)
         self.recent[str(self.svm.latest_blockhash())] = self.slot
         self.tick()
 
@@ -306,18 +326,61 @@ class Node:
         if len(self.recent) > RECENT_BLOCKHASHES:
             del self.recent[next(iter(self.recent))]
 
-    def simulate(self, tx: VersionedTransaction) -> tuple[Any, list[str], int]:
-        """(err JSON or None, logs, compute units) of running `tx` without committing it."""
+    def simulate(
+        self, tx: VersionedTransaction, commitment: str = FINALIZED, sig_verify: bool = True
+    ) -> tuple[Any, list[str], int]:
+        """(err JSON or None, logs, compute units) of running `tx` without committing it,
+        against the bank `commitment` reads (see the module's docstring)."""
         self.tick()
-        if not self.blockhash_is_recent(str(tx.message.recent_blockhash)):
+        if not self.blockhash_is_valid(str(tx.message.recent_blockhash), commitment):
             return "BlockhashNotFound", [], 0
-        result = self.svm.simulate_transaction(tx)
+        seen = self.history.get(str(tx.signatures[0]))
+        if seen is not None and self.visible(seen, commitment):
+            return "AlreadyProcessed", [], 0
+        restore = self._roll_back(tx.message) if commitment == FINALIZED else []
+        if not sig_verify:
+            self.svm.with_sigverify(False)
+        try:
+            result = self.svm.simulate_transaction(tx)
+        finally:
+            if not sig_verify:
+                self.svm.with_sigverify(True)
+            for address, account in restore:
+                self.svm.set_account(address, account)
         if hasattr(result, "err"):
             data = json.loads(result.to_json())
             meta = data["meta"]
             return data["err"], meta["logs"], meta["compute_units_consumed"]
         meta = result.meta()
         return None, list(meta.logs()), meta.compute_units_consumed()
+
+    def _roll_back(self, message: Message | MessageV0 | MessageV1) -> list[tuple[Pubkey, Account]]:
+        """Sets every account `message` names (its keys, its lookup tables and the addresses
+        it loads from them) that changed since the finalized slot back to its finalized
+        image. Returns what to set to restore the current state exactly."""
+        if not self.pre_images:
+            return []
+        named = list(message.account_keys)
+        if isinstance(message, MessageV0):
+            for lookup in message.address_table_lookups:
+                named.append(lookup.account_key)
+                table = self.get_account(lookup.account_key, FINALIZED)
+                if table is None:
+                    continue
+                listed = bytes(table.data)[LOOKUP_TABLE_META_SIZE:]
+                for i in bytes(lookup.writable_indexes) + bytes(lookup.readonly_indexes):
+                    if 32 * (i + 1) <= len(listed):
+                        named.append(Pubkey.from_bytes(listed[32 * i : 32 * (i + 1)]))
+        restore = []
+        for address in dict.fromkeys(named):
+            images = self.pre_images.get(address)
+            if images is None:
+                continue
+            current = self.svm.get_account(address)
+            restore.append((address, _NO_ACCOUNT if current is None else current))
+            old = images[0][1]
+            self.svm.set_account(address, _NO_ACCOUNT if old is None else old)
+        return restore
 
     def process(self, tx: VersionedTransaction) -> TxRecord:
         """Executes `tx` and commits it if it lands: succeeded, or failed while executing (it
@@ -326,6 +389,10 @@ class Node:
         self.tick()
         if not self.blockhash_is_recent(str(tx.message.recent_blockhash)):
             raise BlockhashNotFound(str(tx.message.recent_blockhash))
+        signature = str(tx.signatures[0])
+        if signature in self.history:  # a cluster's status cache refuses it: it never runs
+            seen = self.history[signature]
+            return dataclasses.replace(seen, err="AlreadyProcessed", logs=[], compute_units=0)
         keys = [str(k) for k in tx.message.account_keys]
         addresses = [Pubkey.from_string(k) for k in keys]
         programs = {ix.program_id_index for ix in tx.message.instructions}
@@ -340,7 +407,7 @@ class Node:
             err, meta = None, result
         returned = meta.return_data()
         record = TxRecord(
-            signature=str(tx.signatures[0]),
+            signature=signature,
             slot=self.slot,
             block_time=self.svm.get_clock().unix_timestamp,
             raw=bytes(tx),
@@ -376,11 +443,13 @@ class Node:
                 [(keys[ix.program_id_index], bytes(ix.data)) for ix in tx.message.instructions]
             ),
         )
-        landed = str(meta.signature()) != UNPROCESSED and err != "AlreadyProcessed"
-        if landed and record.signature not in self.history:
+        if str(meta.signature()) != UNPROCESSED:  # landed
             self.history[record.signature] = record
             self.transaction_count += 1
             record.order = self.transaction_count
+            slot, count = self._block
+            record.index = count if slot == self.slot else 0
+            self._block = (self.slot, record.index + 1)
             self._remember(images)
             for key in dict.fromkeys(keys):
                 self.by_address.setdefault(key, []).append(record.signature)

@@ -60,7 +60,8 @@ class Localnet:
         return self.kind == "svcpay-drop-in"
 
     def describe(self) -> str:
-        return f"{self.kind} {self.version} at {self.url}".replace("  ", " ")
+        name = f"{self.kind} {self.version}" if self.version else self.kind
+        return f"{name} at {self.url}"
 
 
 def backend(explicit: str | None = None) -> str:

@@ -4,6 +4,11 @@
 
 mirrors solana-test-validator's flags. Serves loopback only by default; `--rpc-port 0` picks
 a free port. When ready it prints one line, `svcpay-localnet ready <url>`, to stdout.
+
+HTTP and JSON-RPC framing as agave's server (jsonrpc-http-server, jsonrpc-core) does it: a POST
+needs `Content-Type: application/json` (else 415, in plain text), other methods get 405,
+`/health` answers "ok", bodies over 50 kB get 413; a body that is not JSON, or not a call or
+batch of calls, is -32700, a call of the wrong shape -32600; notifications get no answer.
 """
 
 from __future__ import annotations
@@ -23,7 +28,26 @@ from svcpay.localnet.node import Node
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 INTERNAL_ERROR = -32603
-MAX_BODY = 8 * 1024 * 1024
+MAX_BODY = 50 * 1024  # agave's MAX_REQUEST_BODY_SIZE
+U64_MAX = 2**64 - 1
+# What jsonrpc-http-server (agave's RPC server) answers outside JSON-RPC: (status, text body)
+WRONG_CONTENT_TYPE = (
+    415,
+    "Supplied content type is not allowed. Content-Type: application/json is required\n",
+)
+WRONG_METHOD = (405, "Used HTTP Method is not allowed. POST or OPTIONS is required\n")
+TOO_LARGE = (413, "request body size exceeds allowed maximum")
+REASONS = {413: "Payload Too Large"}  # hyper's wording where http.server's differs
+JSON_TYPES = (
+    "application/json",
+    "application/json; charset=utf-8",
+    "application/json;charset=utf-8",
+)
+_FIELDS = {"jsonrpc", "method", "params", "id"}
+
+
+class ParseError(ValueError):
+    """The body is not a JSON-RPC request or batch (jsonrpc-core's -32700)."""
 
 
 def _error(req_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
@@ -33,25 +57,80 @@ def _error(req_id: Any, code: int, message: str, data: Any = None) -> dict[str, 
     return {"jsonrpc": "2.0", "error": err, "id": req_id}
 
 
-def handle(methods: Methods, request: Any) -> dict[str, Any]:
-    """One JSON-RPC request object to its response object."""
-    if not isinstance(request, dict) or request.get("jsonrpc") != "2.0" or "method" not in request:
-        return _error(
-            request.get("id") if isinstance(request, dict) else None,
-            INVALID_REQUEST,
-            "Invalid request",
-        )
-    req_id = request.get("id")
-    params = request.get("params", [])
-    if not isinstance(params, list):
-        return _error(req_id, INVALID_REQUEST, "Invalid request: params must be an array")
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise ParseError("duplicate field")
+    return obj
+
+
+def _valid_id(value: Any) -> bool:
+    """A JSON-RPC id as jsonrpc-core takes it: null, a string, or an unsigned 64-bit number."""
+    if value is None or isinstance(value, str):
+        return True
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= U64_MAX
+
+
+def parse(body: bytes) -> list[dict[str, Any]] | dict[str, Any]:
+    """The request (an object) or batch (a list of objects), or ParseError where jsonrpc-core
+    cannot read one: not JSON, duplicate fields, an element that is not an object, or an id
+    that is no id (a negative or fractional number, a boolean...)."""
     try:
-        result = methods.call(str(request["method"]), params)
+        body_json = json.loads(body, object_pairs_hook=_no_duplicates)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ParseError(str(e)) from e
+    calls = body_json if isinstance(body_json, list) else [body_json]
+    for call in calls:
+        if not isinstance(call, dict) or ("id" in call and not _valid_id(call["id"])):
+            raise ParseError("not a call")
+    return body_json  # type: ignore[no-any-return]
+
+
+def handle(methods: Methods, request: dict[str, Any]) -> dict[str, Any] | None:
+    """One JSON-RPC call to its response object, or None for a notification (no id), as
+    jsonrpc-core answers: a call of the wrong shape is "Invalid request", one without
+    `"jsonrpc": "2.0"` gets "Unsupported JSON-RPC protocol version" (and no `jsonrpc` key)."""
+    params = request.get("params")
+    well_formed = (
+        set(request) <= _FIELDS
+        and isinstance(request.get("method"), str)
+        and (params is None or isinstance(params, list | dict))
+        and request.get("jsonrpc") in (None, "2.0")
+    )
+    if not well_formed:
+        return _error(request.get("id"), INVALID_REQUEST, "Invalid request")
+    if "id" not in request:
+        return None
+    req_id = request["id"]
+    if request.get("jsonrpc") is None:
+        error = {"code": INVALID_REQUEST, "message": "Unsupported JSON-RPC protocol version"}
+        return {"error": error, "id": req_id}
+    try:
+        result = methods.call(request["method"], params)
     except RpcError as e:
         return _error(req_id, e.code, e.message, e.data)
     except Exception as e:  # a bug here must not kill the node; report it to the client
         return _error(req_id, INTERNAL_ERROR, f"Internal error: {type(e).__name__}: {e}")
     return {"jsonrpc": "2.0", "result": result, "id": req_id}
+
+
+def _json(reply: Any) -> str:
+    """Compact JSON and a newline, as agave sends it."""
+    return json.dumps(reply, separators=(",", ":")) + "\n"
+
+
+def answer(methods: Methods, body: bytes) -> str:
+    """The response body for a POSTed JSON-RPC body: empty when nothing needs an answer
+    (notifications, an empty batch), else the JSON and a newline, as agave sends it."""
+    try:
+        request = parse(body)
+    except ParseError:
+        return _json(_error(None, PARSE_ERROR, "Parse error"))
+    if isinstance(request, list):
+        replies = [r for r in (handle(methods, call) for call in request) if r is not None]
+        return _json(replies) if replies else ""
+    reply = handle(methods, request)
+    return "" if reply is None else _json(reply)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -65,37 +144,77 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet by default
         pass
 
-    def _reply(self, status: int, body: Any) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+    def _reply(
+        self,
+        status: int,
+        body: str,
+        content_type: str | None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        data = body.encode()
+        self.send_response(status, REASONS.get(status))
+        if content_type is not None:
+            self.send_header("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _text(self, reply: tuple[int, str]) -> None:
+        self._reply(reply[0], reply[1], "text/plain; charset=utf-8")
+
+    def _body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _health(self) -> bool:
+        """GET or POST /health: "ok", as text without a content type, as agave answers."""
+        if self.path.split("?")[0] != "/health":
+            return False
+        self._body()
+        self._reply(200, "ok", None)
+        return True
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        if self.path == "/health":
-            self._reply(200, "ok")
-        else:
-            self._reply(405, _error(None, INVALID_REQUEST, "use POST with a JSON-RPC body"))
+        if not self._health():
+            self._text(WRONG_METHOD)
+
+    def do_OPTIONS(self) -> None:  # noqa: N802
+        self._reply(
+            200,
+            "",
+            "application/json; charset=utf-8",
+            {"Allow": "OPTIONS, POST", "Accept": "application/json"},
+        )
+
+    def _not_allowed(self) -> None:
+        self._body()
+        self._text(WRONG_METHOD)
+
+    do_PUT = do_DELETE = do_PATCH = do_HEAD = _not_allowed  # noqa: N815
 
     def do_POST(self) -> None:  # noqa: N802
+        if self._health():
+            return
         length = int(self.headers.get("Content-Length") or 0)
+        content_type = (self.headers.get("Content-Type") or "").strip().lower()
+        if content_type not in JSON_TYPES:
+            self.rfile.read(length)
+            self._text(WRONG_CONTENT_TYPE)
+            return
         if length > MAX_BODY:
-            self._reply(413, _error(None, INVALID_REQUEST, "request too large"))
+            self.close_connection = True  # the body is left unread
+            self._text(TOO_LARGE)
             return
+        body = self.rfile.read(length)
         try:
-            body = json.loads(self.rfile.read(length))
-        except (ValueError, UnicodeDecodeError):
-            self._reply(200, _error(None, PARSE_ERROR, "Parse error"))
+            body.decode()
+        except UnicodeDecodeError as e:
+            self._text((400, f"utf-8 encoding error at byte {e.start} in request body"))
             return
-        if isinstance(body, list):
-            if not body:
-                self._reply(200, _error(None, INVALID_REQUEST, "Invalid request: empty batch"))
-                return
-            self._reply(200, [handle(self.methods, r) for r in body])
-        else:
-            self._reply(200, handle(self.methods, body))
+        self._reply(200, answer(self.methods, body), "application/json; charset=utf-8")
 
 
 def serve(programs: list[tuple[Pubkey, Path]], host: str, port: int) -> None:

@@ -52,11 +52,11 @@ from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
 DAY = 86_400
 
 
-def plan_times(chain: Chain) -> tuple[int, int]:
+def plan_times(can_time_travel: bool) -> tuple[int, int]:
     """(period, grace) of the demo's plans: a month and three days where the validator can
     travel in time (the drop-in); on solana-test-validator, whose clock only runs, 20 and
     5 seconds, so the renewal step waits a few seconds instead of a month."""
-    return (30 * DAY, 3 * DAY) if chain.can_time_travel else (20, 5)
+    return (30 * DAY, 3 * DAY) if can_time_travel else (20, 5)
 
 
 def format_period(secs: int) -> str:
@@ -157,7 +157,7 @@ def set_up_chain(chain: Chain) -> World:
     server_authority = chain.funded_keypair(10**9)
     pay_to = chain.token_account(provider.pubkey(), mint)
     plan, metered_plan = (pda.plan_address(provider.pubkey(), n) for n in (1, 2))
-    period, grace = plan_times(chain)
+    period, grace = plan_times(chain.can_time_travel)
     created = chain.send_ok(
         [
             instructions.create_plan(
@@ -457,7 +457,7 @@ class Walkthrough:
         return sub_id
 
     async def renewal(self, sub_id: Pubkey) -> None:
-        period = format_period(plan_times(self.chain)[0])
+        period = format_period(plan_times(self.chain.can_time_travel)[0])
         step(f"3. {period} later: the facilitator's crank renews the subscription")
         sub = await self.subscription_state(sub_id)
         before = self.balances()

@@ -30,7 +30,9 @@ def keypair(name: str) -> Keypair:
 
 def measure(chain: Chain) -> dict[str, int]:
     provider, facilitator = chain.fund(keypair("provider")), chain.fund(keypair("facilitator"))
-    period = 30 * DAY if chain.can_time_travel else 3  # the real validator's clock only runs
+    # The same short period on both validators (the real one's clock only runs): the program's
+    # date arithmetic then works on the same magnitudes, and costs the same.
+    period = 3
     mint = chain.create_mint()
     dest = chain.token_account(provider.pubkey(), mint)
     out: dict[str, int] = {}

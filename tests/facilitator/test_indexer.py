@@ -170,16 +170,21 @@ async def test_every_event_is_read_back_oldest_first(
     assert stepped == batch.events and cursor == batch.cursor
 
 
-async def test_from_the_beginning_reads_the_whole_history(
-    chain: Chain, client: BillingClient
-) -> None:
+async def a_new_plan(chain: Chain, client: BillingClient) -> Pubkey:
+    """A plan of a new provider: the newest program transaction emits PlanCreated for it."""
     provider = chain.funded_keypair()
     mint = chain.create_mint()
     destination = chain.token_account(provider.pubkey(), mint)
-    plan = await client.create_plan(
+    return await client.create_plan(
         provider, plan_id=1, mint=mint, destination=destination,
         billing_authority=provider.pubkey(), amount=USDC, period_secs=DAY,
     )  # fmt: skip
+
+
+async def test_from_the_beginning_reads_the_whole_history(
+    chain: Chain, client: BillingClient
+) -> None:
+    plan = await a_new_plan(chain, client)
     everything = await read_events(client.rpc, PROGRAM_ID, None)
     assert everything.events[-1].name == "PlanCreated"
     assert everything.events[-1].fields["plan"] == str(plan)
@@ -191,13 +196,7 @@ async def test_from_the_beginning_reads_the_whole_history(
 async def test_a_cursor_the_node_does_not_hold_reads_everything_again(
     chain: Chain, client: BillingClient
 ) -> None:
-    provider = chain.funded_keypair()
-    mint = chain.create_mint()
-    destination = chain.token_account(provider.pubkey(), mint)
-    plan = await client.create_plan(
-        provider, plan_id=1, mint=mint, destination=destination,
-        billing_authority=provider.pubkey(), amount=USDC, period_secs=DAY,
-    )  # fmt: skip
+    plan = await a_new_plan(chain, client)
     unknown = str(Signature.new_unique())  # another cluster's, or pruned history
 
     batch = await read_events(client.rpc, PROGRAM_ID, unknown)

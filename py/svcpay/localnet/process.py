@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,24 +154,23 @@ def localnet(
             raise LocalnetError(str(e)) from e
         version = stv.binary_version(exe) or "?"
         genesis = [] if deploy or program is None else [(str(PROGRAM_ID), program)]
-        last: LocalnetError | None = None
-        for _ in range(3):  # a port picked as free can be taken before the validator binds it
-            ports = stv.Ports.pick()
-            cmd = stv.command(exe, ports, workdir / "ledger", genesis)
-            url = f"http://127.0.0.1:{ports.rpc}"
-            try:
-                with _running(cmd, url, workdir):
-                    node = Localnet(url, TEST_VALIDATOR, version)
-                    if deploy and program is not None:
-                        _deploy(node, program)
-                    yield node
-                    return
-            except LocalnetError as e:
-                if "Address already in use" not in str(e) and "bind" not in str(e).lower():
-                    raise
-                last = e
-        assert last is not None
-        raise last
+        with ExitStack() as stack:
+            for attempt in range(3):
+                # A port picked as free can be taken before the validator binds it: only a
+                # start that failed on a port is tried again, never the caller's block.
+                ports = stv.Ports.pick()
+                cmd = stv.command(exe, ports, workdir / "ledger", genesis)
+                url = f"http://127.0.0.1:{ports.rpc}"
+                try:
+                    stack.enter_context(_running(cmd, url, workdir))
+                    break
+                except LocalnetError as e:
+                    if attempt == 2 or "address already in use" not in str(e).lower():
+                        raise
+            node = Localnet(url, TEST_VALIDATOR, version)
+            if deploy and program is not None:
+                _deploy(node, program)
+            yield node
 
 
 def _deploy(node: Localnet, program: Path) -> None:

@@ -37,7 +37,11 @@ def test_subscribe_pause_resume_and_cancel(
     assert isinstance(state.status, Paused) and state.paused_at > 0
     assert paused["status"] == "Paused" and paused["signature"]
 
-    resumed = cli("subscription", "resume", sub_id, "--keypair", provider_key)  # the provider may
+    assert paused["pausedBy"] == "subscriber"
+    refused = cli("subscription", "resume", sub_id, "--keypair", provider_key)
+    assert refused.code == 1 and "NotYourDecision" in refused.err  # the subscriber's pause
+    assert "Traceback" not in refused.err
+    resumed = cli("subscription", "resume", sub_id, "--keypair", key)
     assert resumed.code == 0 and "is now Active" in resumed.out
     assert isinstance(billing.subscription(plan, subscriber).status, Active)
 

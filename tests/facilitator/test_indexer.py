@@ -91,7 +91,7 @@ async def test_every_event_is_read_back_oldest_first(
     failed = await land_failing(
         client, instructions.resume(stranger.pubkey(), plan, alice.pubkey()), stranger
     )
-    await client.resume(alice_sub, provider)
+    await client.resume(alice_sub, alice)
 
     ends = [(await client.fetch_subscription(s)) for s in (alice_sub, bob_sub)]
     clock.advance_to(max(s.current_period_end for s in ends if s is not None))

@@ -12,3 +12,16 @@ def test_the_program_is_an_sbpf_v3_elf() -> None:
     assert data[:4] == b"\x7fELF"
     assert int.from_bytes(data[18:20], "little") in (247, 263)  # EM_BPF (sbpf-linker), EM_SBF
     assert int.from_bytes(data[48:52], "little") == 3  # e_flags: SBPF version 3
+
+
+def test_the_binary_declares_a_security_contact() -> None:
+    # solana-security-txt's format: NUL-separated key/value pairs between two markers, found
+    # by scanning the bytes (as query-security-txt and explorers do).
+    data = PROGRAM_SO.read_bytes()
+    begin, end = b"=======BEGIN SECURITY.TXT V1=======\0", b"=======END SECURITY.TXT V1=======\0"
+    assert data.count(begin) == 1, "no security.txt in the program binary"
+    body = data[data.index(begin) + len(begin) : data.index(end)]
+    fields = body.split(b"\0")[:-1]
+    pairs = dict(zip(fields[::2], fields[1::2], strict=True))
+    assert pairs[b"contacts"] == b"email:security@svcpay.dev"
+    assert {b"name", b"project_url", b"policy"} <= pairs.keys()

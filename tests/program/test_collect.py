@@ -7,14 +7,21 @@ on solana-test-validator a day is a second and the tests wait.
 from __future__ import annotations
 
 import pytest
+from solders.instruction import AccountMeta
+from solders.pubkey import Pubkey
 from spl.token.constants import TOKEN_PROGRAM_ID
 from spl.token.instructions import RevokeParams, revoke
 
+from svcpay.program import pda
 from svcpay.program.generated.types.subscription_status import Active, Expired, PastDue
 from tests.support.asserts import assert_program_error
-from tests.support.billing import USDC, Billing, Plan, Subscriber, deduct_ix
+from tests.support.billing import USDC, Billing, Plan, Subscriber, collect_ix, deduct_ix
 from tests.support.chain import Chain
 from tests.support.clock import Clock
+
+
+def delegate(sub: Subscriber) -> Pubkey:
+    return pda.delegate_address(sub.pubkey)
 
 
 @pytest.fixture
@@ -185,3 +192,36 @@ def test_a_renewal_more_than_a_period_late_starts_a_new_cadence(
     state = billing.subscription(plan, sub)
     assert state.current_period_start >= end + period  # missed periods are not charged
     assert chain.token_state(sub.token_account)["amount"] == 30 * USDC
+
+
+def test_a_stranger_with_a_fake_delegate_cannot_push_a_funded_subscription_past_due(
+    chain: Chain, clock: Clock, billing: Billing, period: int, grace: int
+) -> None:
+    plan, sub = subscribed(billing, period, grace, balance=50 * USDC)
+    clock.advance_to(billing.subscription(plan, sub).current_period_end)
+    stranger = chain.funded_keypair()
+    for fake in (stranger.pubkey(), chain.funded_keypair().pubkey(), plan.destination):
+        ix = collect_ix(plan, sub)
+        ix.accounts = [
+            AccountMeta(fake, m.is_signer, m.is_writable) if m.pubkey == delegate(sub) else m
+            for m in ix.accounts
+        ]
+        result = chain.send([ix], [stranger])
+        assert_program_error(result, "WrongDelegate")
+    assert isinstance(billing.subscription(plan, sub).status, Active)  # not PastDue
+    renewed = billing.collect(plan, sub)
+    assert renewed.ok and renewed.event("SubscriptionRenewed")
+
+
+def test_a_revoked_delegation_is_still_recorded_as_a_failed_renewal(
+    chain: Chain, clock: Clock, billing: Billing, period: int, grace: int
+) -> None:
+    plan, sub = subscribed(billing, period, grace, balance=50 * USDC)
+    chain.send_ok(
+        [revoke(RevokeParams(TOKEN_PROGRAM_ID, sub.token_account, sub.pubkey))], [sub.keypair]
+    )
+    clock.advance_to(billing.subscription(plan, sub).current_period_end)
+    failed = billing.collect(plan, sub)
+    assert failed.ok
+    assert type(failed.event("RenewalFailed").data["reason"]).__name__ == "DelegationMissing"
+    assert isinstance(billing.subscription(plan, sub).status, PastDue)

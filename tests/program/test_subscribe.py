@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from spl.token.constants import TOKEN_PROGRAM_ID
 
-from svcpay.program import pda
+from svcpay.program import instructions, pda
 from svcpay.program.generated.accounts.allowance import Allowance
 from svcpay.program.generated.accounts.plan import Plan as PlanAccount
 from svcpay.program.generated.accounts.subscription import Subscription
-from svcpay.program.generated.types.subscription_status import Active
+from svcpay.program.generated.types.subscription_status import Active, Paused
 from tests.support.asserts import assert_program_error
-from tests.support.billing import DAY, USDC, Billing
+from tests.support.billing import DAY, USDC, Billing, Plan, Subscriber, deduct_ix
 from tests.support.chain import Chain
 
 U64_MAX = 2**64 - 1
@@ -90,7 +90,8 @@ def test_two_subscriptions_on_one_token_account_share_the_delegate(billing: Bill
     state = billing.chain.token_state(sub.token_account)
     assert state["amount"] == 7 * USDC
     assert state["delegate"] == pda.delegate_address(sub.pubkey)
-    assert state["delegated_amount"] == U64_MAX - 2 * USDC  # re-approved by the second
+    # The second kept the first's approval (no second Approve CPI): both charges used it.
+    assert state["delegated_amount"] == U64_MAX - 3 * USDC
 
 
 def test_subscribing_twice_to_one_plan_fails(billing: Billing) -> None:
@@ -98,5 +99,68 @@ def test_subscribing_twice_to_one_plan_fails(billing: Billing) -> None:
     sub = billing.subscriber(plan, balance=5 * USDC)
     assert billing.subscribe(plan, sub).ok
     again = billing.subscribe(plan, sub)
-    assert not again.ok
+    assert_program_error(again, "AlreadySubscribed")
     assert billing.chain.token_state(sub.token_account)["amount"] == 4 * USDC
+
+
+def cancel_now(billing: Billing, plan: Plan, sub: Subscriber) -> None:
+    ix = instructions.cancel(sub.pubkey, plan.address, sub.pubkey, False)
+    billing.chain.send_ok([ix], [sub.keypair])
+
+
+def test_subscribing_again_after_a_cancel_starts_a_new_subscription(billing: Billing) -> None:
+    plan = billing.plan(amount=USDC)
+    sub = billing.subscriber(plan, balance=10 * USDC)
+    assert billing.subscribe(plan, sub).ok
+    cancel_now(billing, plan, sub)
+    first = billing.subscription(plan, sub)
+
+    again = billing.subscribe(plan, sub)
+
+    assert again.ok, again.logs
+    created = again.event("SubscriptionCreated")
+    assert created.data["subscription"] == pda.subscription_address(plan.address, sub.pubkey)
+    state = billing.subscription(plan, sub)
+    assert isinstance(state.status, Active)
+    assert (state.cycles_billed, state.total_paid) == (1, USDC)
+    assert state.created_at >= first.created_at
+    assert billing.chain.token_state(sub.token_account)["amount"] == 8 * USDC
+    plan_state = billing.plan_state(plan)
+    assert (plan_state.live_subscriptions, plan_state.total_subscriptions) == (1, 2)
+    assert plan_state.total_collected == 2 * USDC
+    assert_program_error(billing.subscribe(plan, sub), "AlreadySubscribed")
+
+
+def test_subscribing_again_resets_or_closes_the_old_allowance(billing: Billing) -> None:
+    plan = billing.plan(amount=USDC)
+    sub = billing.subscriber(plan, balance=10 * USDC)
+    subscription = pda.subscription_address(plan.address, sub.pubkey)
+    allowance = pda.allowance_address(subscription)
+    assert billing.subscribe(plan, sub, max_overage=5 * USDC).ok
+    signer = plan.billing_authority
+    billing.chain.send_ok([deduct_ix(plan, sub, 2 * USDC, signer.pubkey())], [signer])
+    cancel_now(billing, plan, sub)
+    # Without the old allowance account the program cannot tidy it: refused.
+    assert_program_error(billing.subscribe(plan, sub), "NoAllowance")
+
+    assert billing.subscribe(plan, sub, max_overage=3 * USDC, previous_allowance=True).ok
+    acct = billing.chain.account(allowance)
+    assert acct is not None
+    state = Allowance.decode(bytes(acct.data))
+    assert (state.cap, state.used, state.total_deducted, state.cycle) == (3 * USDC, 0, 0, 1)
+
+    cancel_now(billing, plan, sub)
+    result = billing.subscribe(plan, sub, previous_allowance=True)  # no allowance this time
+    assert result.ok, result.logs
+    assert billing.chain.account(allowance) is None  # closed, rent back to the subscriber
+    assert not billing.subscription(plan, sub).has_allowance
+
+
+def test_a_live_subscription_cannot_be_replaced(billing: Billing) -> None:
+    plan = billing.plan(amount=USDC)
+    sub = billing.subscriber(plan, balance=10 * USDC)
+    assert billing.subscribe(plan, sub).ok
+    ix = instructions.pause(sub.pubkey, plan.address, sub.pubkey)
+    billing.chain.send_ok([ix], [sub.keypair])
+    assert_program_error(billing.subscribe(plan, sub), "AlreadySubscribed")
+    assert isinstance(billing.subscription(plan, sub).status, Paused)

@@ -9,6 +9,7 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from svcpay.program import instructions
+from svcpay.program.generated.types import party
 from svcpay.program.generated.types.subscription_status import Active, Cancelled, Paused
 from tests.support.asserts import assert_program_error
 from tests.support.billing import DAY, USDC, Billing, Plan, Subscriber, collect_ix, deduct_ix
@@ -63,7 +64,7 @@ def test_resume_credits_the_paid_time_left(chain: Chain, clock: Clock, billing: 
     paused_at = billing.subscription(plan, sub).paused_at
     clock.advance_to(end + clock.days(1))
 
-    assert act(chain, instructions.resume, plan, sub, plan.authority).ok  # the provider may
+    assert act(chain, instructions.resume, plan, sub, sub.keypair).ok
 
     state = billing.subscription(plan, sub)
     assert isinstance(state.status, Active) and state.paused_at == 0
@@ -129,3 +130,43 @@ def test_resume_withdraws_a_pending_cancel(chain: Chain, billing: Billing) -> No
     assert billing.subscription(plan, sub).cancel_at_period_end
     assert act(chain, instructions.resume, plan, sub, sub.keypair).ok
     assert not billing.subscription(plan, sub).cancel_at_period_end
+
+
+def test_the_provider_cannot_undo_the_subscribers_pause(chain: Chain, billing: Billing) -> None:
+    plan, sub = subscribed(billing)
+    assert act(chain, instructions.pause, plan, sub, sub.keypair).ok
+    assert billing.subscription(plan, sub).paused_by == party.Subscriber()
+    result = act(chain, instructions.resume, plan, sub, plan.authority)
+    assert_program_error(result, "NotYourDecision")
+    assert isinstance(billing.subscription(plan, sub).status, Paused)
+    assert act(chain, instructions.resume, plan, sub, sub.keypair).ok
+
+
+def test_the_provider_cannot_withdraw_the_subscribers_cancel(
+    chain: Chain, clock: Clock, billing: Billing
+) -> None:
+    plan, sub = subscribed(billing, period=clock.days(3))
+    ix = instructions.cancel(sub.pubkey, plan.address, sub.pubkey, True)
+    assert chain.send([ix], [sub.keypair]).ok
+    # The provider scheduling the same cancel does not make it theirs to withdraw.
+    ix = instructions.cancel(plan.authority.pubkey(), plan.address, sub.pubkey, True)
+    assert chain.send([ix], [plan.authority]).ok
+    result = act(chain, instructions.resume, plan, sub, plan.authority)
+    assert_program_error(result, "NotYourDecision")
+
+    clock.advance_to(billing.subscription(plan, sub).current_period_end)
+    before = chain.token_state(sub.token_account)["amount"]
+    ended = billing.collect(plan, sub)
+    assert type(ended.event("SubscriptionEnded").data["status"]).__name__ == "Cancelled"
+    assert chain.token_state(sub.token_account)["amount"] == before  # no period charged
+
+
+def test_the_subscriber_cannot_lift_the_providers_pause(chain: Chain, billing: Billing) -> None:
+    plan, sub = subscribed(billing)
+    assert act(chain, instructions.pause, plan, sub, plan.authority).ok  # e.g. for abuse
+    assert billing.subscription(plan, sub).paused_by == party.Provider()
+    assert_program_error(act(chain, instructions.resume, plan, sub, sub.keypair), "NotYourDecision")
+    # The subscriber can still leave; the provider lifts its own pause.
+    assert act(chain, instructions.resume, plan, sub, plan.authority).ok
+    ix = instructions.cancel(sub.pubkey, plan.address, sub.pubkey, False)
+    assert chain.send([ix], [sub.keypair]).ok

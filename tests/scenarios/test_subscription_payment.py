@@ -121,3 +121,51 @@ async def test_the_client_will_not_subscribe_on_terms_that_differ_from_the_plan(
     assert chain.token_state(wallet_token)["amount"] == 2_000 * USDC  # nothing was charged
     await billing.close()
     await rpc.close()
+
+
+async def test_the_client_uses_a_subscription_the_wallet_already_holds(
+    validator: Localnet, chain: Chain
+) -> None:
+    """A wallet that subscribed elsewhere (another process, the CLI) is served with that
+    subscription: the client finds it on chain instead of failing to subscribe again."""
+    billing = BillingClient.connect(validator.url)
+    rpc = AsyncClient(validator.url, commitment=Confirmed)
+    provider, wallet = chain.funded_keypair(), chain.funded_keypair()
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    wallet_token = chain.token_account(wallet.pubkey(), mint, 25 * USDC)
+    plan = await billing.create_plan(
+        provider, plan_id=1, mint=mint, destination=destination,
+        billing_authority=provider.pubkey(), amount=10 * USDC, period_secs=30 * DAY,
+    )  # fmt: skip
+    held = await billing.subscribe(plan, wallet)
+    gate = payment_gate(
+        Starlette(routes=[Route("/v1/resource", resource)]),
+        pricing={"/v1/resource": [Subscription(str(plan), 10 * USDC, 30 * DAY)]},
+        terms=Terms(pay_to=str(destination), token=str(mint)),
+        memos=Memos(b"e2e-memo-secret-0123456789"),
+        trusted_facilitators=set(),
+        replay=MemoryReplayStore(),
+        subscriptions=ChainSubscriptions(billing, ttl=0),
+    )
+    async with (
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://api") as api,
+        httpx.AsyncClient(base_url="http://facilitator.invalid") as unused,
+    ):
+        auth = PaymentAuth(
+            wallet, rpc=rpc, facilitator=unused, billing=billing, max_per_request=10 * USDC
+        )
+        reply = await api.get("/v1/resource", auth=auth)
+        assert reply.status_code == 200, reply.text
+        assert auth.subscriptions == {str(plan): str(held)}
+        assert chain.token_state(wallet_token)["amount"] == 15 * USDC  # charged once, earlier
+
+        await billing.pause(held, wallet)  # held but not active: a clear refusal, no charge
+        paused = PaymentAuth(
+            wallet, rpc=rpc, facilitator=unused, billing=billing, max_per_request=10 * USDC
+        )
+        with pytest.raises(PaymentError, match="is paused: resume or fund it"):
+            await api.get("/v1/resource", auth=paused)
+    assert chain.token_state(wallet_token)["amount"] == 15 * USDC
+    await billing.close()
+    await rpc.close()

@@ -58,7 +58,12 @@ def create_plan_ix(
     )
 
 
-def subscribe_ix(plan: Plan, subscriber: Subscriber, max_overage: int | None = None) -> Instruction:
+def subscribe_ix(
+    plan: Plan,
+    subscriber: Subscriber,
+    max_overage: int | None = None,
+    previous_allowance: bool = False,
+) -> Instruction:
     return instructions.subscribe(
         plan.address,
         subscriber.pubkey,
@@ -66,6 +71,7 @@ def subscribe_ix(plan: Plan, subscriber: Subscriber, max_overage: int | None = N
         plan.mint,
         plan.destination,
         max_overage,
+        previous_allowance,
     )
 
 
@@ -159,6 +165,11 @@ class Billing:
         return Subscriber(kp, self.chain.token_account(kp.pubkey(), plan.mint, balance))
 
     def subscribe(
-        self, plan: Plan, subscriber: Subscriber, max_overage: int | None = None
+        self,
+        plan: Plan,
+        subscriber: Subscriber,
+        max_overage: int | None = None,
+        previous_allowance: bool = False,
     ) -> TxResult:
-        return self.chain.send([subscribe_ix(plan, subscriber, max_overage)], [subscriber.keypair])
+        ix = subscribe_ix(plan, subscriber, max_overage, previous_allowance)
+        return self.chain.send([ix], [subscriber.keypair])

@@ -88,7 +88,11 @@ async def test_pause_resume_cancel_and_is_active(chain: Chain, client: BillingCl
     assert not (await client.is_active(sub_id))
     with pytest.raises(errors.SubscriptionNotActive):
         (await client.pause(sub_id, provider))
-    (await client.resume(sub_id, provider))
+    with pytest.raises(
+        errors.error_class("NotYourDecision")
+    ):  # the subscriber paused: theirs to undo
+        (await client.resume(sub_id, provider))
+    (await client.resume(sub_id, subscriber))
     assert await client.is_active(sub_id)
     (await client.cancel(sub_id, subscriber))
     assert not (await client.is_active(sub_id))
@@ -142,3 +146,26 @@ async def test_plan_and_subscription_end_of_life(chain: Chain, client: BillingCl
     )
     receipt = await client.close_plan(provider, plan)
     assert receipt.event("PlanClosed") is not None and await client.fetch_plan(plan) is None
+
+
+async def test_subscribe_uses_a_live_subscription_and_replaces_an_ended_one(
+    chain: Chain, client: BillingClient
+) -> None:
+    plan, _, _, mint = await provider_plan(chain, client)
+    subscriber = chain.funded_keypair()
+    token = chain.token_account(subscriber.pubkey(), mint, 5 * USDC)
+    first = await client.subscribe(plan, subscriber, max_overage=USDC)
+
+    assert await client.subscribe(plan, subscriber) == first  # held: nothing charged
+    assert chain.token_state(token)["amount"] == 4 * USDC
+    held = await client.held_subscription(plan, subscriber.pubkey())
+    assert held is not None and held[0] == first
+
+    await client.cancel(first, subscriber)
+    assert await client.held_subscription(plan, subscriber.pubkey()) is None
+    again = await client.subscribe(plan, subscriber)  # the old allowance is closed for us
+
+    assert again == first  # the same id: X-Svc-Sub keeps working
+    assert await client.is_active(again)
+    assert chain.token_state(token)["amount"] == 3 * USDC
+    assert await client.fetch_allowance(again) is None

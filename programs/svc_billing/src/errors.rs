@@ -43,4 +43,12 @@ pub enum BillingError {
     PlanHasSubscribers,
     #[msg("only a cancelled or expired subscription can be closed")]
     SubscriptionStillLive,
+    #[msg("only the party who paused or scheduled the cancel can withdraw it")]
+    NotYourDecision,
+    #[msg("the subscriber already holds a live subscription to this plan")]
+    AlreadySubscribed,
+    #[msg("the delegate is not the subscriber's delegate PDA")]
+    WrongDelegate,
+    #[msg("the same account was passed where two different accounts are required")]
+    DuplicateAccount,
 }

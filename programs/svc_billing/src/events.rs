@@ -2,7 +2,7 @@
 //! in base units and the resulting state. Webhooks and analytics are built from them.
 use anchor_lang::prelude::*;
 
-use crate::state::{PlanStatus, SubscriptionStatus};
+use crate::state::{Plan, PlanStatus, Subscription, SubscriptionStatus};
 
 #[event]
 pub struct PlanCreated {
@@ -98,6 +98,20 @@ pub struct SubscriptionStatusChanged {
     pub current_period_end: i64,
 }
 
+impl SubscriptionStatusChanged {
+    /// Emits the subscription's new status, as changed by `by`.
+    pub fn emit_for(sub: &Account<Subscription>, by: &Pubkey) {
+        emit!(SubscriptionStatusChanged {
+            subscription: sub.key(),
+            plan: sub.plan,
+            by: *by,
+            status: sub.status,
+            cancel_at_period_end: sub.cancel_at_period_end,
+            current_period_end: sub.current_period_end,
+        });
+    }
+}
+
 #[event]
 pub struct AllowanceCapChanged {
     pub subscription: Pubkey,
@@ -114,6 +128,19 @@ pub struct PlanChanged {
     pub billing_authority: Pubkey,
     pub grace_secs: i64,
     pub live_subscriptions: u64,
+}
+
+impl PlanChanged {
+    /// Emits the plan's state after a change.
+    pub fn emit_for(plan: &Account<Plan>) {
+        emit!(PlanChanged {
+            plan: plan.key(),
+            status: plan.status,
+            billing_authority: plan.billing_authority,
+            grace_secs: plan.grace_secs,
+            live_subscriptions: plan.live_subscriptions,
+        });
+    }
 }
 
 #[event]

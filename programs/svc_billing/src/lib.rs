@@ -30,6 +30,19 @@ use solana_compiler_builtins as _;
 
 declare_id!("E9RiTLt2qicJA6eaG4vWPmVAdPGmZQENekQCsxebZWAj");
 
+// Who to tell about a vulnerability, readable from the deployed binary (`query-security-txt`,
+// explorers). The policy is SECURITY.md.
+#[cfg(not(feature = "no-entrypoint"))]
+solana_security_txt::security_txt! {
+    name: "svcpay svc_billing",
+    project_url: "https://svcpay.dev",
+    contacts: "email:security@svcpay.dev",
+    policy: "https://svcpay.dev/security (SECURITY.md in the source)",
+    preferred_languages: "en",
+    source_code: "https://svcpay.dev/source",
+    auditors: "None"
+}
+
 #[program]
 pub mod svc_billing {
     use super::*;
@@ -57,7 +70,8 @@ pub mod svc_billing {
     }
 
     /// Creates a subscription (and, with `max_overage`, its allowance), delegates the
-    /// subscriber's token account to the program and charges the first period.
+    /// subscriber's token account to the program and charges the first period. After the
+    /// subscriber's previous subscription to the plan ended, starts a new one in its place.
     #[access_control(ctx.accounts.validate(&args))]
     pub fn subscribe(ctx: Context<Subscribe>, args: SubscribeArgs) -> Result<()> {
         Subscribe::handler(ctx, args)
@@ -78,20 +92,20 @@ pub mod svc_billing {
     }
 
     /// Pauses an ACTIVE subscription (subscriber or provider): no access, no renewals.
-    #[access_control(ctx.accounts.validate())]
+    #[access_control(ctx.accounts.validate_pause())]
     pub fn pause(ctx: Context<ChangeSubscription>) -> Result<()> {
         ChangeSubscription::pause(ctx)
     }
 
     /// Resumes a paused subscription, crediting the paid time left, or withdraws a pending
-    /// cancel-at-period-end (subscriber or provider).
-    #[access_control(ctx.accounts.validate())]
+    /// cancel-at-period-end; only the party who paused or cancelled may.
+    #[access_control(ctx.accounts.validate_resume())]
     pub fn resume(ctx: Context<ChangeSubscription>) -> Result<()> {
         ChangeSubscription::resume(ctx)
     }
 
-    /// Cancels now, or at the end of the paid period (subscriber or provider).
-    #[access_control(ctx.accounts.validate())]
+    /// Cancels now (subscriber or provider), or at the end of the paid period.
+    #[access_control(ctx.accounts.validate_cancel())]
     pub fn cancel(ctx: Context<ChangeSubscription>, at_period_end: bool) -> Result<()> {
         ChangeSubscription::cancel(ctx, at_period_end)
     }

@@ -19,6 +19,15 @@ pub fn check_can_pull(source: &TokenAccount, delegate: &Pubkey, amount: u64) -> 
     Ok(())
 }
 
+/// Whether `source` delegates at least half of all possible tokens to `delegate`, as the
+/// `u64::MAX` approval of `subscribe` does until pulls have used up half of it.
+pub fn delegates_everything(source: &TokenAccount, delegate: &Pubkey) -> bool {
+    matches!(
+        source.delegate,
+        anchor_lang::solana_program::program_option::COption::Some(d) if d == *delegate
+    ) && source.delegated_amount >= u64::MAX / 2
+}
+
 /// Transfers `amount` from the subscriber's `source` to `destination`, signed by the
 /// subscriber's delegate PDA. Kept out of line so each handler's stack frame stays small
 /// (the SBF stack frame is 4 KiB).

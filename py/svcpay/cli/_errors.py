@@ -28,11 +28,15 @@ HINTS = {
     "NoAllowance": "subscribe with --allowance-cap to get an allowance",
     "MintMismatch": "use token accounts of the plan's mint",
     "DestinationMismatch": "pass a --destination token account of the plan's mint",
-    "DelegationMissing": "subscribe again to restore the delegation",
+    "DelegationMissing": "approve the subscriber's delegate PDA again (spl-token approve)",
     "NotPaused": "only a paused subscription resumes",
     "SubscriptionEnded": "subscribe again",
     "PlanHasSubscribers": "wait until its subscriptions end",
     "SubscriptionStillLive": "cancel it first",
+    "NotYourDecision": "sign with the --keypair of whoever paused or cancelled",
+    "AlreadySubscribed": "use the live subscription (`svcpay subscription show`)",
+    "WrongDelegate": "pass the subscriber's delegate PDA",
+    "DuplicateAccount": "pass two different token accounts",
 }
 
 

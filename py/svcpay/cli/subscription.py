@@ -53,6 +53,11 @@ async def fetch_subscription(
     return sub, allowance
 
 
+def party_name(party: object | None) -> str | None:
+    """ "subscriber" or "provider" for a recorded decision, None when there is none."""
+    return None if party is None else type(party).__name__.lower()
+
+
 def subscription_json(
     address: Pubkey, sub: Subscription, allowance: Allowance | None
 ) -> dict[str, Any]:
@@ -64,6 +69,8 @@ def subscription_json(
         "tokenAccount": str(sub.token_account),
         "status": status_name(sub),
         "cancelAtPeriodEnd": sub.cancel_at_period_end,
+        "cancelRequestedBy": party_name(sub.cancel_requested_by),
+        "pausedBy": party_name(sub.paused_by),
         "mint": str(terms.mint),
         "decimals": terms.decimals,
         "amount": terms.amount,
@@ -93,9 +100,10 @@ def subscription_lines(
 ) -> list[str]:
     terms, status = sub.terms, status_name(sub)
     if sub.cancel_at_period_end and status == "Active":
-        status += f" (cancels at {format_time(sub.current_period_end)})"
+        by = party_name(sub.cancel_requested_by)
+        status += f" (cancels at {format_time(sub.current_period_end)}, asked by the {by})"
     elif status == "Paused":
-        status += f" since {format_time(sub.paused_at)}"
+        status += f" since {format_time(sub.paused_at)} by the {party_name(sub.paused_by)}"
     elif status == "PastDue":
         status += f" since {format_time(sub.past_due_since)}"
     rows: list[tuple[str, object]] = [
@@ -134,13 +142,18 @@ async def _subscribe(args: argparse.Namespace, subscriber: Keypair) -> int:
                 f"{source} is the plan's own destination: pay from another account "
                 f"(--token-account) or subscribe with another --keypair"
             )
-        address = await send(
-            lambda: billing.subscribe(
-                args.plan, subscriber, max_overage=cap, token_account=args.token_account
+        held = await billing.held_subscription(args.plan, subscriber.pubkey())
+        if held is None:
+            address = await send(
+                lambda: billing.subscribe(
+                    args.plan, subscriber, max_overage=cap, token_account=args.token_account
+                )
             )
-        )
+            said = "subscribed"
+        else:
+            address, said = held[0], "already subscribed, nothing charged"
         sub, allowance = await fetch_subscription(billing, address)
-    lines = [f"subscribed: subscription id {address} (send it in X-Svc-Sub)"]
+    lines = [f"{said}: subscription id {address} (send it in X-Svc-Sub)"]
     emit(
         args,
         subscription_json(address, sub, allowance),

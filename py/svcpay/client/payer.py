@@ -33,6 +33,7 @@ from spl.token.instructions import (
 )
 
 from svcpay.program.client import BillingClient
+from svcpay.program.generated.types.subscription_status import Active
 from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
 from svcpay.protocol.models import PaymentOption, PaymentRequired, ProtocolError
 
@@ -160,6 +161,17 @@ class PaymentAuth(httpx.Auth):
                         f"{option.token}) differ from the plan on chain ({on_chain.amount} of "
                         f"{on_chain.mint} every {on_chain.period_secs} s); not subscribing"
                     )
+                held = await self.billing.held_subscription(plan, self.owner.pubkey())
+                if held is not None:
+                    address, sub = held
+                    if not isinstance(sub.status, Active):
+                        raise PaymentError(
+                            f"the wallet's subscription {address} to plan {plan} is "
+                            f"{type(sub.status).__name__.lower()}: resume or fund it "
+                            "(a plan takes one live subscription per wallet)"
+                        )
+                    self.subscriptions[plan] = str(address)  # already paid for: use it
+                    return str(address)
                 self._reserve(on_chain.amount)
                 sub_id = str(await self.billing.subscribe(plan, self.owner))
                 self.subscriptions[plan] = sub_id

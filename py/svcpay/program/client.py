@@ -36,11 +36,17 @@ from svcpay.program.generated.accounts.allowance import Allowance
 from svcpay.program.generated.accounts.plan import Plan
 from svcpay.program.generated.accounts.subscription import Subscription
 from svcpay.program.generated.program_id import PROGRAM_ID
+from svcpay.program.generated.types.subscription_status import Cancelled, Expired
 
 CLOCK_SYSVAR = Pubkey.from_string("SysvarC1ock11111111111111111111111111111111")
 # A blockhash is valid for 150 slots (about a minute); after this long an unconfirmed
 # transaction can never land, so one signed anew cannot be a second copy of it.
 BLOCKHASH_LIFETIME_SECS = 120
+
+
+def is_live(sub: Subscription) -> bool:
+    """Whether a subscription still counts (not cancelled or expired), as the program says."""
+    return not isinstance(sub.status, (Cancelled, Expired))
 
 
 class TransactionError(RuntimeError):
@@ -260,17 +266,39 @@ class BillingClient:
         token_account: Pubkey | None = None,
     ) -> Pubkey:  # fmt: skip
         """Subscribes (first period charged now) and returns the subscription id. Pays from
-        `token_account`, by default the subscriber's associated account of the plan's mint."""
+        `token_account`, by default the subscriber's associated account of the plan's mint.
+
+        A live subscription the subscriber already holds to the plan is returned as it is
+        (nothing is charged); an ended one is replaced by a new one at the same address."""
         plan_key = _key(plan_id)
         plan = await self.fetch_plan(plan_key)
         if plan is None:
             raise ValueError(f"no svc_billing plan at {plan_key}")
+        address = pda.subscription_address(plan_key, subscriber.pubkey(), self.program_id)
+        previous = await self.fetch_subscription(address)
+        if previous is not None and is_live(previous):
+            return address
         source = token_account or get_associated_token_address(subscriber.pubkey(), plan.mint)
         ix = instructions.subscribe(
-            plan_key, subscriber.pubkey(), source, plan.mint, plan.destination, max_overage
+            plan_key,
+            subscriber.pubkey(),
+            source,
+            plan.mint,
+            plan.destination,
+            max_overage,
+            previous_allowance=previous is not None and previous.has_allowance,
         )
         await self.send([ix], [subscriber])
-        return pda.subscription_address(plan_key, subscriber.pubkey(), self.program_id)
+        return address
+
+    async def held_subscription(
+        self, plan_id: Pubkey | str, subscriber: Pubkey
+    ) -> tuple[Pubkey, Subscription] | None:
+        """The live subscription `subscriber` holds to the plan, if any (active, past due or
+        paused; not cancelled or expired)."""
+        address = pda.subscription_address(_key(plan_id), subscriber, self.program_id)
+        sub = await self.fetch_subscription(address)
+        return (address, sub) if sub is not None and is_live(sub) else None
 
     async def set_allowance(
         self, subscription: Pubkey | str, cap: int, subscriber: Keypair

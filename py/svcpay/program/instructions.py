@@ -52,10 +52,16 @@ def subscribe(
     mint: Pubkey,
     destination: Pubkey,
     max_overage: int | None = None,
+    previous_allowance: bool = False,
 ) -> Instruction:
-    """Subscribes `subscriber` to `plan`, paying the first period from `subscriber_token`."""
+    """Subscribes `subscriber` to `plan`, paying the first period from `subscriber_token`.
+
+    After the subscriber's earlier subscription to `plan` ended, this starts a new one at
+    the same address; pass `previous_allowance` when the ended one had an allowance (it is
+    reset, or closed when `max_overage` is None)."""
     subscription = pda.subscription_address(plan, subscriber)
-    allowance = pda.allowance_address(subscription) if max_overage is not None else None
+    wants_allowance = max_overage is not None or previous_allowance
+    allowance = pda.allowance_address(subscription) if wants_allowance else None
     return gen.subscribe(
         {"args": SubscribeArgs(max_overage=max_overage)},
         {

@@ -4,7 +4,8 @@ use crate::errors::BillingError;
 
 /// One subscriber's subscription to one plan. Its address is the subscription id.
 ///
-/// PDA seeds: `[SUBSCRIPTION_SEED, plan, subscriber]`.
+/// PDA seeds: `[SUBSCRIPTION_SEED, plan, subscriber]`. One address per (plan, subscriber):
+/// subscribing again after the subscription ended starts a new one in place (docs/adr/0015).
 #[account]
 #[derive(InitSpace, Debug)]
 pub struct Subscription {
@@ -17,6 +18,10 @@ pub struct Subscription {
     pub status: SubscriptionStatus,
     /// Ends at `current_period_end` instead of renewing.
     pub cancel_at_period_end: bool,
+    /// Who asked for `cancel_at_period_end`; only they can withdraw it (docs/adr/0014).
+    pub cancel_requested_by: Option<Party>,
+    /// Who paused; only they can resume. `None` unless paused.
+    pub paused_by: Option<Party>,
     /// Unix seconds.
     pub created_at: i64,
     /// Start of the period paid for, unix seconds.
@@ -45,6 +50,14 @@ pub struct Terms {
     pub amount: u64,
     pub period_secs: i64,
     pub destination: Pubkey,
+}
+
+/// Which side of a subscription made a decision that the other side cannot undo.
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, PartialEq, Eq, InitSpace, Debug)]
+pub enum Party {
+    Subscriber,
+    /// The plan's authority.
+    Provider,
 }
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, PartialEq, Eq, InitSpace, Debug)]
@@ -102,6 +115,18 @@ impl Subscription {
             .ok_or_else(|| error!(BillingError::MathOverflow))
     }
 
+    /// Which party `signer` is: the subscriber (who wins when they are also the provider),
+    /// the plan's authority, or neither.
+    pub fn party_of(&self, signer: &Pubkey, plan_authority: &Pubkey) -> Option<Party> {
+        if signer == &self.subscriber {
+            Some(Party::Subscriber)
+        } else if signer == plan_authority {
+            Some(Party::Provider)
+        } else {
+            None
+        }
+    }
+
     /// Whether the subscription still counts as live (not cancelled or expired).
     pub fn is_live(&self) -> bool {
         !matches!(
@@ -157,6 +182,41 @@ mod tests {
         let resumed = Subscription::resumed_period_end(end, end + DAY, end + 5 * DAY);
         assert_eq!(resumed.unwrap(), end + 5 * DAY);
         assert!(Subscription::resumed_period_end(i64::MAX, 0, i64::MAX).is_err());
+    }
+
+    #[test]
+    fn the_subscriber_is_the_subscriber_even_as_the_provider() {
+        let (subscriber, provider) = (Pubkey::new_unique(), Pubkey::new_unique());
+        let sub = Subscription {
+            plan: Pubkey::default(),
+            subscriber,
+            token_account: Pubkey::default(),
+            terms: Terms {
+                mint: Pubkey::default(),
+                decimals: 6,
+                amount: 1,
+                period_secs: DAY,
+                destination: Pubkey::default(),
+            },
+            status: SubscriptionStatus::Active,
+            cancel_at_period_end: false,
+            cancel_requested_by: None,
+            paused_by: None,
+            created_at: 0,
+            current_period_start: 0,
+            current_period_end: DAY,
+            past_due_since: 0,
+            paused_at: 0,
+            cycles_billed: 1,
+            total_paid: 1,
+            has_allowance: false,
+            bump: 255,
+            delegate_bump: 255,
+        };
+        assert_eq!(sub.party_of(&subscriber, &provider), Some(Party::Subscriber));
+        assert_eq!(sub.party_of(&provider, &provider), Some(Party::Provider));
+        assert_eq!(sub.party_of(&subscriber, &subscriber), Some(Party::Subscriber));
+        assert_eq!(sub.party_of(&Pubkey::new_unique(), &provider), None);
     }
 
     #[test]

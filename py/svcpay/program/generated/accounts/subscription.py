@@ -20,6 +20,8 @@ class SubscriptionJSON(typing.TypedDict):
     terms: types.terms.TermsJSON
     status: types.subscription_status.SubscriptionStatusJSON
     cancel_at_period_end: bool
+    cancel_requested_by: typing.Optional[types.party.PartyJSON]
+    paused_by: typing.Optional[types.party.PartyJSON]
     created_at: int
     current_period_start: int
     current_period_end: int
@@ -42,6 +44,8 @@ class Subscription:
         "terms" / types.terms.Terms.layout,
         "status" / types.subscription_status.layout,
         "cancel_at_period_end" / borsh.Bool,
+        "cancel_requested_by" / borsh.Option(types.party.layout),
+        "paused_by" / borsh.Option(types.party.layout),
         "created_at" / borsh.I64,
         "current_period_start" / borsh.I64,
         "current_period_end" / borsh.I64,
@@ -59,6 +63,8 @@ class Subscription:
     terms: types.terms.Terms
     status: types.subscription_status.SubscriptionStatusKind
     cancel_at_period_end: bool
+    cancel_requested_by: typing.Optional[types.party.PartyKind]
+    paused_by: typing.Optional[types.party.PartyKind]
     created_at: int
     current_period_start: int
     current_period_end: int
@@ -120,6 +126,16 @@ class Subscription:
             terms=types.terms.Terms.from_decoded(dec.terms),
             status=types.subscription_status.from_decoded(dec.status),
             cancel_at_period_end=dec.cancel_at_period_end,
+            cancel_requested_by=(
+                None
+                if dec.cancel_requested_by is None
+                else types.party.from_decoded(dec.cancel_requested_by)
+            ),
+            paused_by=(
+                None
+                if dec.paused_by is None
+                else types.party.from_decoded(dec.paused_by)
+            ),
             created_at=dec.created_at,
             current_period_start=dec.current_period_start,
             current_period_end=dec.current_period_end,
@@ -140,6 +156,12 @@ class Subscription:
             "terms": self.terms.to_json(),
             "status": self.status.to_json(),
             "cancel_at_period_end": self.cancel_at_period_end,
+            "cancel_requested_by": (
+                None
+                if self.cancel_requested_by is None
+                else self.cancel_requested_by.to_json()
+            ),
+            "paused_by": (None if self.paused_by is None else self.paused_by.to_json()),
             "created_at": self.created_at,
             "current_period_start": self.current_period_start,
             "current_period_end": self.current_period_end,
@@ -161,6 +183,16 @@ class Subscription:
             terms=types.terms.Terms.from_json(obj["terms"]),
             status=types.subscription_status.from_json(obj["status"]),
             cancel_at_period_end=obj["cancel_at_period_end"],
+            cancel_requested_by=(
+                None
+                if obj["cancel_requested_by"] is None
+                else types.party.from_json(obj["cancel_requested_by"])
+            ),
+            paused_by=(
+                None
+                if obj["paused_by"] is None
+                else types.party.from_json(obj["paused_by"])
+            ),
             created_at=obj["created_at"],
             current_period_start=obj["current_period_start"],
             current_period_end=obj["current_period_end"],

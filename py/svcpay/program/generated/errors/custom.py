@@ -194,6 +194,49 @@ class SubscriptionStillLive(ProgramError):
     msg = "only a cancelled or expired subscription can be closed"
 
 
+class NotYourDecision(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(
+            6019, "only the party who paused or scheduled the cancel can withdraw it"
+        )
+
+    code = 6019
+    name = "NotYourDecision"
+    msg = "only the party who paused or scheduled the cancel can withdraw it"
+
+
+class AlreadySubscribed(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(
+            6020, "the subscriber already holds a live subscription to this plan"
+        )
+
+    code = 6020
+    name = "AlreadySubscribed"
+    msg = "the subscriber already holds a live subscription to this plan"
+
+
+class WrongDelegate(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(6021, "the delegate is not the subscriber's delegate PDA")
+
+    code = 6021
+    name = "WrongDelegate"
+    msg = "the delegate is not the subscriber's delegate PDA"
+
+
+class DuplicateAccount(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(
+            6022,
+            "the same account was passed where two different accounts are required",
+        )
+
+    code = 6022
+    name = "DuplicateAccount"
+    msg = "the same account was passed where two different accounts are required"
+
+
 CustomError = typing.Union[
     InsufficientFunds,
     SubscriptionNotActive,
@@ -214,6 +257,10 @@ CustomError = typing.Union[
     SubscriptionEnded,
     PlanHasSubscribers,
     SubscriptionStillLive,
+    NotYourDecision,
+    AlreadySubscribed,
+    WrongDelegate,
+    DuplicateAccount,
 ]
 CUSTOM_ERROR_MAP: dict[int, CustomError] = {
     6000: InsufficientFunds(),
@@ -235,6 +282,10 @@ CUSTOM_ERROR_MAP: dict[int, CustomError] = {
     6016: SubscriptionEnded(),
     6017: PlanHasSubscribers(),
     6018: SubscriptionStillLive(),
+    6019: NotYourDecision(),
+    6020: AlreadySubscribed(),
+    6021: WrongDelegate(),
+    6022: DuplicateAccount(),
 }
 
 

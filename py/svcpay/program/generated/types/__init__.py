@@ -2,6 +2,8 @@
 import typing
 from . import create_plan_args
 from .create_plan_args import CreatePlanArgs, CreatePlanArgsJSON
+from . import party
+from .party import PartyKind, PartyJSON
 from . import plan_status
 from .plan_status import PlanStatusKind, PlanStatusJSON
 from . import renewal_failure

@@ -13,7 +13,8 @@ pub struct SetAllowanceCap<'info> {
     #[account(has_one = subscriber)]
     pub subscription: Account<'info, Subscription>,
 
-    #[account(mut, has_one = subscription)]
+    /// `dup`: the only mutable account here, so it cannot alias another (docs/adr/0016).
+    #[account(mut, dup, has_one = subscription)]
     pub allowance: Account<'info, Allowance>,
 }
 

@@ -1,5 +1,5 @@
 use anchor_lang::prelude::*;
-use anchor_spl::token::{self, Approve, Mint, Token, TokenAccount};
+use anchor_spl::token::{self, Approve, Token, TokenAccount};
 
 use crate::constants::{ALLOWANCE_SEED, DELEGATE_SEED, SUBSCRIPTION_SEED};
 use crate::errors::BillingError;
@@ -19,15 +19,22 @@ pub struct Subscribe<'info> {
     #[account(mut)]
     pub subscriber: Signer<'info>,
 
+    /// `dup` on the plan, the subscription and the allowance: accounts of three different
+    /// types (discriminators) cannot alias; the token accounts are checked apart below
+    /// (docs/adr/0016).
     #[account(
         mut,
+        dup,
         has_one = mint @ BillingError::MintMismatch,
         has_one = destination @ BillingError::DestinationMismatch,
     )]
     pub plan: Account<'info, Plan>,
 
+    /// Created, or (when the subscriber's previous subscription to this plan has ended)
+    /// started again in place: `validate` refuses a live one (docs/adr/0015).
     #[account(
-        init,
+        init_if_needed,
+        dup,
         payer = subscriber,
         space = 8 + Subscription::INIT_SPACE,
         seeds = [SUBSCRIPTION_SEED, plan.key().as_ref(), subscriber.key().as_ref()],
@@ -35,9 +42,11 @@ pub struct Subscribe<'info> {
     )]
     pub subscription: Account<'info, Subscription>,
 
-    /// Present exactly when `max_overage` is given.
+    /// Present when `max_overage` is given (created, or reset), and when an ended
+    /// subscription being started again had one (closed if `max_overage` is not given).
     #[account(
-        init,
+        init_if_needed,
+        dup,
         payer = subscriber,
         space = 8 + Allowance::INIT_SPACE,
         seeds = [ALLOWANCE_SEED, subscription.key().as_ref()],
@@ -48,17 +57,20 @@ pub struct Subscribe<'info> {
     /// The subscriber's account that pays, now and at each renewal.
     #[account(
         mut,
+        dup,
         constraint = subscriber_token.mint == mint.key() @ BillingError::MintMismatch,
         constraint = subscriber_token.owner == subscriber.key() @ BillingError::TokenAccountMismatch,
+        constraint = subscriber_token.key() != destination.key() @ BillingError::DuplicateAccount,
     )]
     pub subscriber_token: Account<'info, TokenAccount>,
 
-    /// The plan's destination (checked by `has_one` on the plan).
+    /// CHECK: the plan's destination, pinned by `has_one` on the plan; `create_plan` checked
+    /// it is a token account of the mint and `transfer_checked` checks again.
     #[account(mut)]
-    pub destination: Account<'info, TokenAccount>,
+    pub destination: UncheckedAccount<'info>,
 
-    /// The plan's mint (checked by `has_one` on the plan).
-    pub mint: Account<'info, Mint>,
+    /// CHECK: the plan's mint, pinned by `has_one` on the plan; `transfer_checked` checks it.
+    pub mint: UncheckedAccount<'info>,
 
     /// CHECK: a PDA that only signs transfers and holds no data; its address is fixed by
     /// the seeds constraint, so no other account can stand in for it.
@@ -75,10 +87,20 @@ impl Subscribe<'_> {
             self.plan.status == PlanStatus::Active,
             BillingError::PlanDeprecated
         );
+        // A fresh account is all zeroes after `init_if_needed`; an earlier subscription
+        // names its subscriber. Only an ended one may be started again.
+        let previous = &self.subscription;
+        let existed = previous.subscriber != Pubkey::default();
+        require!(
+            !existed || !previous.is_live(),
+            BillingError::AlreadySubscribed
+        );
+        let had_allowance = existed && previous.has_allowance;
         match (args.max_overage, &self.allowance) {
             (Some(cap), Some(_)) => require!(cap > 0, BillingError::ZeroAmount),
-            (None, None) => {}
-            _ => return err!(BillingError::NoAllowance),
+            (None, Some(_)) => require!(had_allowance, BillingError::NoAllowance),
+            (None, None) => require!(!had_allowance, BillingError::NoAllowance),
+            (Some(_), None) => return err!(BillingError::NoAllowance),
         }
         require!(
             self.subscriber_token.amount >= self.plan.amount,
@@ -99,18 +121,22 @@ impl Subscribe<'_> {
         };
 
         // One delegate per token account: the subscriber's delegate PDA, approved for
-        // everything; each subscription's limits are enforced here (docs/adr/0003).
-        token::approve(
-            CpiContext::new(
-                a.token_program.key(),
-                Approve {
-                    to: a.subscriber_token.to_account_info(),
-                    delegate: a.delegate.to_account_info(),
-                    authority: a.subscriber.to_account_info(),
-                },
-            ),
-            u64::MAX,
-        )?;
+        // everything; each subscription's limits are enforced here (docs/adr/0003). A token
+        // account that already delegates (nearly) everything to it, from another plan or
+        // an ended subscription, keeps its approval: one CPI fewer.
+        if !transfer::delegates_everything(&a.subscriber_token, &a.delegate.key()) {
+            token::approve(
+                CpiContext::new(
+                    a.token_program.key(),
+                    Approve {
+                        to: a.subscriber_token.to_account_info(),
+                        delegate: a.delegate.to_account_info(),
+                        authority: a.subscriber.to_account_info(),
+                    },
+                ),
+                u64::MAX,
+            )?;
+        }
         transfer::pull(
             &a.token_program.to_account_info(),
             &a.subscriber_token.to_account_info(),
@@ -131,6 +157,8 @@ impl Subscribe<'_> {
             terms,
             status: SubscriptionStatus::Active,
             cancel_at_period_end: false,
+            cancel_requested_by: None,
+            paused_by: None,
             created_at: now,
             current_period_start: now,
             current_period_end: period_end,
@@ -142,15 +170,19 @@ impl Subscribe<'_> {
             bump: ctx.bumps.subscription,
             delegate_bump: ctx.bumps.delegate,
         });
-        if let (Some(allowance), Some(cap)) = (a.allowance.as_mut(), args.max_overage) {
-            allowance.set_inner(Allowance {
-                subscription: a.subscription.key(),
-                cap,
-                used: 0,
-                total_deducted: 0,
-                cycle: 1,
-                bump: ctx.bumps.allowance.unwrap_or_default(),
-            });
+        if let Some(allowance) = a.allowance.as_mut() {
+            match args.max_overage {
+                Some(cap) => allowance.set_inner(Allowance {
+                    subscription: a.subscription.key(),
+                    cap,
+                    used: 0,
+                    total_deducted: 0,
+                    cycle: 1,
+                    bump: ctx.bumps.allowance.unwrap_or_default(),
+                }),
+                // The ended subscription's allowance, not wanted any more: rent back.
+                None => allowance.close(a.subscriber.to_account_info())?,
+            }
         }
 
         let plan = &mut a.plan;

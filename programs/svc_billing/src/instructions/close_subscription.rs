@@ -5,15 +5,19 @@ use crate::events::SubscriptionClosed;
 use crate::state::{Allowance, Subscription};
 
 /// Closes an ended (cancelled or expired) subscription and its allowance; the rent goes
-/// back to the subscriber, who may then subscribe to the plan again from scratch. Anchor's
+/// back to the subscriber. (Subscribing again does not need this: `subscribe` starts a new
+/// subscription in place of an ended one, docs/adr/0015.) Anchor's
 /// `close` wipes the discriminator, so a closed account cannot be passed off as live.
 #[derive(Accounts)]
 pub struct CloseSubscription<'info> {
     #[account(mut)]
     pub subscriber: Signer<'info>,
 
+    /// `dup` here and on the allowance: a Subscription and an Allowance cannot be one
+    /// account (their discriminators differ), so they cannot alias (docs/adr/0016).
     #[account(
         mut,
+        dup,
         has_one = subscriber,
         constraint = !subscription.is_live() @ BillingError::SubscriptionStillLive,
         close = subscriber,
@@ -21,7 +25,7 @@ pub struct CloseSubscription<'info> {
     pub subscription: Account<'info, Subscription>,
 
     /// Present exactly when the subscription has one.
-    #[account(mut, has_one = subscription, close = subscriber)]
+    #[account(mut, dup, has_one = subscription, close = subscriber)]
     pub allowance: Option<Account<'info, Allowance>>,
 }
 

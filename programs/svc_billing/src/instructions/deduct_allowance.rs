@@ -1,5 +1,5 @@
 use anchor_lang::prelude::*;
-use anchor_spl::token::{Mint, Token, TokenAccount};
+use anchor_spl::token::{Token, TokenAccount};
 
 use crate::errors::BillingError;
 use crate::events::AllowanceDeducted;
@@ -11,25 +11,37 @@ pub struct DeductAllowance<'info> {
     /// The plan's billing authority (the facilitator) or the provider.
     pub authority: Signer<'info>,
 
-    #[account(mut)]
+    /// `dup` on the plan, the subscription and the allowance: accounts of three different
+    /// types (discriminators) cannot alias; the token accounts are checked apart below
+    /// (docs/adr/0016).
+    #[account(mut, dup)]
     pub plan: Account<'info, Plan>,
 
-    #[account(mut, has_one = plan)]
+    #[account(mut, dup, has_one = plan)]
     pub subscription: Account<'info, Subscription>,
 
     /// Allowances are only ever created at their PDA (`init` in subscribe), so the owner
     /// and discriminator checks plus `has_one` pin this one without re-deriving the address.
-    #[account(mut, has_one = subscription)]
+    #[account(mut, dup, has_one = subscription)]
     pub allowance: Account<'info, Allowance>,
 
-    #[account(mut, address = subscription.token_account @ BillingError::TokenAccountMismatch)]
+    #[account(
+        mut,
+        dup,
+        address = subscription.token_account @ BillingError::TokenAccountMismatch,
+        constraint = subscriber_token.key() != destination.key() @ BillingError::DuplicateAccount,
+    )]
     pub subscriber_token: Account<'info, TokenAccount>,
 
+    /// CHECK: fixed by `address` to the destination of the subscription's terms, which
+    /// `create_plan` checked is a token account of the mint; `transfer_checked` checks again.
     #[account(mut, address = subscription.terms.destination @ BillingError::DestinationMismatch)]
-    pub destination: Account<'info, TokenAccount>,
+    pub destination: UncheckedAccount<'info>,
 
+    /// CHECK: fixed by `address` to the mint of the subscription's terms; `transfer_checked`
+    /// checks it against both token accounts and the decimals.
     #[account(address = subscription.terms.mint @ BillingError::MintMismatch)]
-    pub mint: Account<'info, Mint>,
+    pub mint: UncheckedAccount<'info>,
 
     /// CHECK: the subscriber's delegate PDA; signs the transfer and holds no data. Not
     /// re-derived here: `validate` requires it to be the token account's delegate, and the

@@ -1,6 +1,7 @@
 use anchor_lang::prelude::*;
-use anchor_spl::token::{spl_token, Mint, Token, TokenAccount};
+use anchor_spl::token::{spl_token, Token, TokenAccount};
 
+use crate::constants::DELEGATE_SEED;
 use crate::errors::BillingError;
 use crate::events::{RenewalFailed, RenewalFailure, SubscriptionEnded, SubscriptionRenewed};
 use crate::state::{Allowance, Plan, Subscription, SubscriptionStatus};
@@ -11,31 +12,44 @@ use crate::transfer;
 /// plan's destination, one period per due date (docs/adr/0005).
 #[derive(Accounts)]
 pub struct Collect<'info> {
-    #[account(mut)]
+    /// `dup` on the plan, the subscription and the allowance: accounts of three different
+    /// types (discriminators) cannot alias; the token accounts are checked apart below
+    /// (docs/adr/0016).
+    #[account(mut, dup)]
     pub plan: Account<'info, Plan>,
 
-    #[account(mut, has_one = plan)]
+    #[account(mut, dup, has_one = plan)]
     pub subscription: Account<'info, Subscription>,
 
     /// Required when the subscription has one: its cycle resets at each renewal.
-    #[account(mut, has_one = subscription)]
+    #[account(mut, dup, has_one = subscription)]
     pub allowance: Option<Account<'info, Allowance>>,
 
     /// CHECK: the subscription's funding account, fixed by `address`. Parsed in the handler:
     /// if it was closed or frozen the renewal fails gracefully (past due) instead of the
     /// transaction failing.
-    #[account(mut, address = subscription.token_account @ BillingError::TokenAccountMismatch)]
+    #[account(
+        mut,
+        address = subscription.token_account @ BillingError::TokenAccountMismatch,
+        constraint = subscriber_token.key() != destination.key() @ BillingError::DuplicateAccount,
+    )]
     pub subscriber_token: UncheckedAccount<'info>,
 
+    /// CHECK: fixed by `address` to the destination of the subscription's terms, which
+    /// `create_plan` checked is a token account of the mint; `transfer_checked` checks again.
     #[account(mut, address = subscription.terms.destination @ BillingError::DestinationMismatch)]
-    pub destination: Account<'info, TokenAccount>,
+    pub destination: UncheckedAccount<'info>,
 
+    /// CHECK: fixed by `address` to the mint of the subscription's terms; `transfer_checked`
+    /// checks it against both token accounts and the decimals.
     #[account(address = subscription.terms.mint @ BillingError::MintMismatch)]
-    pub mint: Account<'info, Mint>,
+    pub mint: UncheckedAccount<'info>,
 
-    /// CHECK: the subscriber's delegate PDA; as in deduct_allowance, the transfer CPI signs
-    /// with its seeds, which the runtime only accepts for the right address, and the handler
-    /// requires it to be the token account's delegate before pulling.
+    /// CHECK: the subscriber's delegate PDA. A successful pull proves it: the transfer CPI
+    /// signs with `[DELEGATE_SEED, subscriber, delegate_bump]`, which the runtime accepts
+    /// only for that address. Before a missing delegation is recorded as a failed renewal,
+    /// the handler derives the address and refuses any other account (`WrongDelegate`), so
+    /// a stranger cannot fake a failure (docs/adr/0005).
     pub delegate: UncheckedAccount<'info>,
 
     pub token_program: Program<'info, Token>,
@@ -96,6 +110,20 @@ impl Collect<'_> {
             &a.delegate.key(),
             terms.amount,
         ) {
+            if reason == RenewalFailure::DelegationMissing {
+                // Only the real delegate's missing delegation is the subscriber's failure;
+                // any other account in its place is refused, never recorded.
+                let real = Pubkey::create_program_address(
+                    &[
+                        DELEGATE_SEED,
+                        a.subscription.subscriber.as_ref(),
+                        &[a.subscription.delegate_bump],
+                    ],
+                    &crate::ID,
+                )
+                .map_err(|_| error!(BillingError::WrongDelegate))?;
+                require_keys_eq!(a.delegate.key(), real, BillingError::WrongDelegate);
+            }
             if !was_past_due {
                 a.subscription.status = SubscriptionStatus::PastDue;
                 a.subscription.past_due_since = now;

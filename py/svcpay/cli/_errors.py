@@ -84,7 +84,8 @@ def describe(exc: BaseException, args: argparse.Namespace | None) -> tuple[int, 
         return EXIT_FAILED, "TransactionError", _transaction_line(exc)
     if isinstance(exc, SolanaRpcException):
         cause = exc.__cause__ or exc.__context__
-        if isinstance(cause, httpx.ConnectError | httpx.ConnectTimeout):
+        # solana-py's transport (httpx2 since 0.41) raises its own classes of httpx's names.
+        if type(cause).__name__ in ("ConnectError", "ConnectTimeout"):
             return (
                 EXIT_FAILED,
                 "RpcUnreachable",

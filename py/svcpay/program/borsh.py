@@ -126,7 +126,7 @@ class CStruct(Struct):
         return obj
 
 
-def Vec(subcon: Construct[T, Any]) -> Construct[ListContainer[T], Sequence[Any]]:  # noqa: N802
+def Vec(subcon: Construct[T, Any]) -> Construct[ListContainer[T], list[Any]]:  # noqa: N802
     """A u32 count, then that many elements."""
     return PrefixedArray(Int32ul, subcon)
 

@@ -45,6 +45,8 @@ from construct import (
     SizeofError,
     Struct,
     ValidationError,
+    stream_read,
+    stream_write,
 )
 from construct import Bytes as FixedBytes
 from solana.rpc.async_api import AsyncClient
@@ -132,16 +134,22 @@ def Vec(subcon: Construct[T, Any]) -> Construct[ListContainer[T], list[Any]]:  #
 
 
 class _Tagged(_AnyBase):
-    """A value behind a presence tag: `tag` 0 is None, 1 is a value of `subcon`."""
+    """A value behind a presence tag: `tag` 0 is None, 1 is a value of `subcon`. With
+    `fixed`, the value's bytes are there either way (zeros for None)."""
 
-    def __init__(self, tag: Construct[int, int], subcon: Construct[Any, Any]) -> None:
+    def __init__(
+        self, tag: Construct[int, int], subcon: Construct[Any, Any], *, fixed: bool = False
+    ) -> None:
         super().__init__()
         self.tag = tag
         self.subcon = subcon
+        self.fixed = fixed
 
     def _parse(self, stream: Any, context: Any, path: str) -> Any:
         present = self.tag._parsereport(stream, context, path)
         if present == 0:
+            if self.fixed:
+                stream_read(stream, self.subcon._sizeof(context, path), path)
             return None
         if present != 1:
             raise ValidationError(f"invalid option tag {present}", path=path)
@@ -150,11 +158,16 @@ class _Tagged(_AnyBase):
     def _build(self, obj: Any, stream: Any, context: Any, path: str) -> Any:
         if obj is None:
             self.tag._build(0, stream, context, path)
+            if self.fixed:
+                size = self.subcon._sizeof(context, path)
+                stream_write(stream, bytes(size), size, path)
             return None
         self.tag._build(1, stream, context, path)
         return self.subcon._build(obj, stream, context, path)
 
     def _sizeof(self, context: Any, path: str) -> int:
+        if self.fixed:
+            return self.tag._sizeof(context, path) + self.subcon._sizeof(context, path)
         raise SizeofError("an option's size depends on its value", path=path)
 
 
@@ -164,8 +177,10 @@ def Option(subcon: Construct[T, Any]) -> Construct[T | None, Any]:  # noqa: N802
 
 
 def COption(subcon: Construct[T, Any]) -> Construct[T | None, Any]:  # noqa: N802
-    """Solana's C-compatible option (SPL token accounts): a u32 tag, then the value."""
-    return _Tagged(Int32ul, subcon)
+    """Solana's C-compatible option, as the SPL token program lays it out (and Anchor's
+    TypeScript coder reads it): a u32 tag, then the value's bytes, zeros for None, so the
+    size is fixed. (anchorpy's COption wrote a u8 tag: no account of ours uses one.)"""
+    return _Tagged(Int32ul, subcon, fixed=True)
 
 
 class EnumForCodegen(_EnumBase):

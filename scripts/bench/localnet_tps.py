@@ -18,7 +18,8 @@ from solders.keypair import Keypair
 from solders.message import MessageV0
 from solders.transaction import VersionedTransaction
 from spl.token.constants import TOKEN_PROGRAM_ID
-from spl.token.instructions import TransferCheckedParams, transfer_checked
+from spl.token.instructions import transfer_checked
+from spl.token.models import TransferCheckedParams
 
 from svcpay.localnet.chain import Chain
 from svcpay.localnet.process import localnet
@@ -79,7 +80,13 @@ def main() -> None:
             (
                 transfer_checked(
                     TransferCheckedParams(
-                        TOKEN_PROGRAM_ID, wallet, mint, dest, client.pubkey(), i + 1, 6
+                        program_id=TOKEN_PROGRAM_ID,
+                        source=wallet,
+                        mint=mint,
+                        dest=dest,
+                        owner=client.pubkey(),
+                        amount=i + 1,
+                        decimals=6,
                     )
                 ),
                 client,

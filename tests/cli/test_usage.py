@@ -11,6 +11,7 @@ import pytest
 from solders.keypair import Keypair
 
 from svcpay.cli import build_parser, main
+from svcpay.localnet import process
 from tests.cli.conftest import Cli, free_port, keyfile
 from tests.support.chain import Chain
 
@@ -49,9 +50,11 @@ def test_no_command_prints_help_and_a_group_alone_is_a_usage_error(offline_cli: 
 def test_localnet_is_handed_to_the_validator_unparsed(
     offline_cli: Cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("SVCPAY_LOCALNET_PYTHON", str(tmp_path / "no-python"))
+    # Unparsed: the CLI's own parser would refuse --rpc-port (exit 2); the validator's
+    # missing program stops it first, before it replaces the process.
+    monkeypatch.setattr(process, "PROGRAM_SO", tmp_path / "missing.so")
     result = offline_cli("localnet", "--rpc-port", "8899")
-    assert result.code == 1 and "run scripts/python-env" in result.err
+    assert result.code == 1 and "run scripts/build-program" in result.err
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from solana.rpc.commitment import Confirmed
-from solana.rpc.types import TxOpts
+from solana.rpc.models import TxOpts
 from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey

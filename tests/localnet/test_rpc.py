@@ -6,13 +6,14 @@ answers being the reference; time travel is the drop-in's alone (marked drop_in_
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 from typing import Any
 
 import httpx
 import pytest
-from solana.rpc.api import Client
+from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solders.hash import Hash
 from solders.instruction import Instruction
@@ -223,16 +224,23 @@ def test_time_travel_moves_the_clock_forward_only(chain: Chain) -> None:
 
 
 def test_solana_py_parses_the_responses(validator: Localnet, chain: Chain) -> None:
-    client = Client(validator.url, commitment=Confirmed)  # reads what it just wrote
-    kp = Keypair()
-    airdrop = client.request_airdrop(kp.pubkey(), 10**9).value
-    assert airdrop is not None
-    client.confirm_transaction(airdrop, Confirmed, sleep_seconds=0.1)  # sent is not confirmed
-    assert client.get_balance(kp.pubkey()).value == 10**9
-    assert client.get_latest_blockhash().value.blockhash is not None
-    info = client.get_account_info(PROGRAM_ID).value
-    assert info is not None and info.executable
-    assert client.get_minimum_balance_for_rent_exemption(0).value > 0
+    async def run() -> None:
+        client = AsyncClient(validator.url, commitment=Confirmed)  # reads what it just wrote
+        try:
+            kp = Keypair()
+            airdrop = (await client.request_airdrop(kp.pubkey(), 10**9)).value
+            assert airdrop is not None
+            # sent is not confirmed
+            await client.confirm_transaction(airdrop, Confirmed, sleep_seconds=0.1)
+            assert (await client.get_balance(kp.pubkey())).value == 10**9
+            assert (await client.get_latest_blockhash()).value.blockhash is not None
+            info = (await client.get_account_info(PROGRAM_ID)).value
+            assert info is not None and info.executable
+            assert (await client.get_minimum_balance_for_rent_exemption(0)).value > 0
+        finally:
+            await client.close()
+
+    asyncio.run(run())
 
 
 def test_data_slices_are_applied_and_checked(validator: Localnet) -> None:

@@ -10,7 +10,8 @@ import pytest
 from solders.instruction import AccountMeta
 from solders.pubkey import Pubkey
 from spl.token.constants import TOKEN_PROGRAM_ID
-from spl.token.instructions import RevokeParams, revoke
+from spl.token.instructions import revoke
+from spl.token.models import RevokeParams
 
 from svcpay.program import pda
 from svcpay.program.generated.types.subscription_status import Active, Expired, PastDue
@@ -218,7 +219,14 @@ def test_a_revoked_delegation_is_still_recorded_as_a_failed_renewal(
 ) -> None:
     plan, sub = subscribed(billing, period, grace, balance=50 * USDC)
     chain.send_ok(
-        [revoke(RevokeParams(TOKEN_PROGRAM_ID, sub.token_account, sub.pubkey))], [sub.keypair]
+        [
+            revoke(
+                RevokeParams(
+                    program_id=TOKEN_PROGRAM_ID, account=sub.token_account, owner=sub.pubkey
+                )
+            )
+        ],
+        [sub.keypair],
     )
     clock.advance_to(billing.subscription(plan, sub).current_period_end)
     failed = billing.collect(plan, sub)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from solders.instruction import AccountMeta, Instruction
 from solders.pubkey import Pubkey
 from spl.token.constants import TOKEN_PROGRAM_ID
-from spl.token.instructions import ApproveParams, TransferCheckedParams, approve, transfer_checked
+from spl.token.instructions import approve, transfer_checked
+from spl.token.models import ApproveParams, TransferCheckedParams
 
 from svcpay.program import instructions, pda
 from svcpay.program.generated.program_id import PROGRAM_ID
@@ -146,19 +147,23 @@ def test_amounts_at_the_u64_limit_fail_cleanly_on_overflow(
     # The provider sends it all back; the next renewal would push the counters past u64.
     back = transfer_checked(
         TransferCheckedParams(
-            TOKEN_PROGRAM_ID,
-            plan.destination,
-            plan.mint,
-            sub.token_account,
-            plan.authority.pubkey(),
-            u64_max,
-            6,
+            program_id=TOKEN_PROGRAM_ID,
+            source=plan.destination,
+            mint=plan.mint,
+            dest=sub.token_account,
+            owner=plan.authority.pubkey(),
+            amount=u64_max,
+            decimals=6,
         )
     )
     chain.send_ok([back], [plan.authority])
     # The first charge used up the delegation; the subscriber re-approves the program.
     approval = ApproveParams(
-        TOKEN_PROGRAM_ID, sub.token_account, pda.delegate_address(sub.pubkey), sub.pubkey, u64_max
+        program_id=TOKEN_PROGRAM_ID,
+        source=sub.token_account,
+        delegate=pda.delegate_address(sub.pubkey),
+        owner=sub.pubkey,
+        amount=u64_max,
     )
     chain.send_ok([approve(approval)], [sub.keypair])
     clock.advance_to(billing.subscription(plan, sub).current_period_end)

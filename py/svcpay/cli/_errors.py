@@ -9,6 +9,7 @@ import httpx
 from solana.exceptions import SolanaRpcException
 from solana.rpc.core import RPCException
 
+from svcpay._extras import MissingExtra
 from svcpay.cli._common import EXIT_FAILED, EXIT_USAGE, CliError
 from svcpay.keys import KeypairFileError
 from svcpay.program.client import TransactionError
@@ -76,6 +77,8 @@ def describe(exc: BaseException, args: argparse.Namespace | None) -> tuple[int, 
     url = getattr(args, "url", None) or "the RPC URL"
     if isinstance(exc, CliError):
         return exc.exit_code, exc.name, exc.message
+    if isinstance(exc, MissingExtra):
+        return EXIT_USAGE, "MissingExtra", str(exc)
     if isinstance(exc, KeypairFileError):
         return EXIT_USAGE, "KeypairFileError", f"{exc}: pass --keypair with a keypair file"
     if isinstance(exc, ProgramError):
@@ -84,7 +87,8 @@ def describe(exc: BaseException, args: argparse.Namespace | None) -> tuple[int, 
         return EXIT_FAILED, "TransactionError", _transaction_line(exc)
     if isinstance(exc, SolanaRpcException):
         cause = exc.__cause__ or exc.__context__
-        if isinstance(cause, httpx.ConnectError | httpx.ConnectTimeout):
+        # solana-py's transport (httpx2 since 0.41) raises its own classes of httpx's names.
+        if type(cause).__name__ in ("ConnectError", "ConnectTimeout"):
             return (
                 EXIT_FAILED,
                 "RpcUnreachable",

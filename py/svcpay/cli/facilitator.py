@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from svcpay.cli._common import (
     DEFAULT_KEYPAIR,
@@ -33,13 +33,20 @@ from svcpay.cli._common import (
     subcommands,
     table,
 )
-from svcpay.facilitator.config import ConfigError, FacilitatorConfig
-from svcpay.facilitator.db import DatabaseUrlError, current_revision, migrate, redacted
+
+if TYPE_CHECKING:
+    from svcpay.facilitator.config import FacilitatorConfig
 
 NAME = "facilitator"
 
 
+# The facilitator's modules are imported on use: the rest of the CLI works without the
+# 'facilitator' extra, and these commands say which extra they need (svcpay._extras).
+
+
 def config(args: argparse.Namespace, *, need_keypair: bool = True) -> FacilitatorConfig:
+    from svcpay.facilitator.config import ConfigError, FacilitatorConfig
+
     env = dict(os.environ)
     if getattr(args, "database", None):
         env["SVCPAY_DATABASE_URL"] = args.database
@@ -65,6 +72,8 @@ def config(args: argparse.Namespace, *, need_keypair: bool = True) -> Facilitato
 
 @contextmanager
 def database_errors() -> Iterator[None]:
+    from svcpay.facilitator.db import DatabaseUrlError
+
     try:
         yield
     except DatabaseUrlError as e:
@@ -76,10 +85,13 @@ def database_errors() -> Iterator[None]:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
+    from svcpay._extras import require
     from svcpay.facilitator.app import create_app
+    from svcpay.facilitator.db import redacted
     from svcpay.facilitator.service import Facilitator
+
+    require("svcpay facilitator serve", ["facilitator"], ["uvicorn"])
+    import uvicorn
 
     cfg = config(args)
     if args.crank_interval is not None:
@@ -113,6 +125,8 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def migrate_cmd(args: argparse.Namespace) -> int:
+    from svcpay.facilitator.db import current_revision, migrate, redacted
+
     cfg = config(args, need_keypair=False)
     with database_errors():
         before = current_revision(cfg.database_url)

@@ -9,10 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 from svcpay.cli._common import Subparsers, command
-from svcpay.localnet.process import LOCALNET_PYTHON, PROGRAM_SO
+from svcpay.localnet import process
 from svcpay.program.generated.program_id import PROGRAM_ID
 
 NAME = "localnet"
@@ -21,19 +20,15 @@ NAME = "localnet"
 def run(argv: list[str]) -> int:
     """Runs the drop-in validator in the foreground (Ctrl-C stops it). With no
     --bpf-program, loads the built svc_billing at its program id."""
-    python = Path(os.environ.get("SVCPAY_LOCALNET_PYTHON", LOCALNET_PYTHON))
-    if not python.exists():
-        print(f"svcpay localnet: {python} is missing; run scripts/python-env", file=sys.stderr)
-        return 1
     if "--bpf-program" not in argv:
-        if not PROGRAM_SO.exists():
+        if not process.PROGRAM_SO.exists():
             print(
-                f"svcpay localnet: {PROGRAM_SO} is missing; run scripts/build-program",
+                f"svcpay localnet: {process.PROGRAM_SO} is missing; run scripts/build-program",
                 file=sys.stderr,
             )
             return 1
-        argv = ["--bpf-program", str(PROGRAM_ID), str(PROGRAM_SO), *argv]
-    os.execv(str(python), [str(python), "-m", "svcpay.localnet.server", *argv])
+        argv = ["--bpf-program", str(PROGRAM_ID), str(process.PROGRAM_SO), *argv]
+    os.execv(sys.executable, [sys.executable, "-m", "svcpay.localnet.server", *argv])
     return 0  # not reached
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from anchorpy.error import AccountInvalidDiscriminator
-from based58 import b58encode
+from base58 import b58encode
 from solana.rpc.commitment import Confirmed
-from solana.rpc.types import MemcmpOpts
+from solana.rpc.models import MemcmpOpts
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
@@ -36,6 +35,7 @@ from svcpay.cli._common import (
     u64_arg,
 )
 from svcpay.program import pda
+from svcpay.program.borsh import AccountInvalidDiscriminator
 from svcpay.program.client import BillingClient
 from svcpay.program.generated.accounts.plan import Plan
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from anchorpy.error import AccountInvalidDiscriminator
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from spl.token.instructions import get_associated_token_address
@@ -30,6 +29,7 @@ from svcpay.cli._common import (
     table,
 )
 from svcpay.cli.plan import AMOUNTS, fetch_plan
+from svcpay.program.borsh import AccountInvalidDiscriminator
 from svcpay.program.client import BillingClient, Receipt, status_name
 from svcpay.program.generated.accounts.allowance import Allowance
 from svcpay.program.generated.accounts.subscription import Subscription

@@ -26,11 +26,8 @@ from solders.pubkey import Pubkey
 from solders.signature import Signature
 from solders.transaction import VersionedTransaction
 from spl.token.constants import TOKEN_PROGRAM_ID
-from spl.token.instructions import (
-    TransferCheckedParams,
-    get_associated_token_address,
-    transfer_checked,
-)
+from spl.token.instructions import get_associated_token_address, transfer_checked
+from spl.token.models import TransferCheckedParams
 
 from svcpay.program.client import BillingClient
 from svcpay.program.generated.types.subscription_status import Active

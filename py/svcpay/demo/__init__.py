@@ -15,6 +15,14 @@ __all__ = ["DEFAULT_OUT", "main", "run"]
 def run(out_dir: Path = DEFAULT_OUT) -> int:
     """Runs the walkthrough: 0 when every step did what it should, 1 (the reason and the
     failing process's stderr on stderr) when one did not, 130 when interrupted."""
+    from svcpay._extras import require
+
+    # The resource server (FastAPI, uvicorn), the facilitator and its analytics chart.
+    require(
+        "svcpay demo",
+        ["gate", "facilitator", "charts"],
+        ["fastapi", "uvicorn", "sqlalchemy", "alembic", "aiosqlite", "starlette", "matplotlib"],
+    )
     from svcpay.demo.walkthrough import run as run_walkthrough
 
     return run_walkthrough(out_dir)

@@ -50,10 +50,9 @@ import httpx
 import uvicorn
 from fastapi import APIRouter, FastAPI, Header
 from pydantic import BaseModel
-from solana.exceptions import SolanaRpcException
-from solana.rpc.api import Client
-from solana.rpc.commitment import Confirmed
+from solders.account import Account
 from solders.pubkey import Pubkey
+from solders.rpc.responses import GetAccountInfoResp
 
 from svcpay.amounts import to_base_units
 from svcpay.gate import OneTime, Subscription, payment_gate
@@ -230,11 +229,7 @@ def plan_pricing(
     """The gate's entry for a plan, with its price and period as on chain, after checking
     that it is priced in the configured mint and (for metered use) that `billed_by` is the
     billing authority that may deduct from its allowances."""
-    rpc = Client(settings.rpc_url)
-    try:
-        info = rpc.get_account_info(Pubkey.from_string(address), Confirmed).value
-    except SolanaRpcException as e:
-        raise ConfigError(f"cannot read plan {address} from {settings.rpc_url}: {e}") from e
+    info = read_account(settings.rpc_url, _address(address, "a plan"))
     data = bytes(info.data) if info is not None and info.owner == PROGRAM_ID else b""
     if not data.startswith(Plan.discriminator):
         raise ConfigError(f"{address} is not a svc_billing plan on {settings.rpc_url}")
@@ -247,6 +242,23 @@ def plan_pricing(
             f"{settings.billing_authority} ({billed_by})"
         )
     return Subscription(address, plan.amount, plan.period_secs, metered)
+
+
+def read_account(rpc_url: str, address: str) -> Account | None:
+    """The account at `address` (None if there is none), read at `confirmed` before the
+    app's event loop runs: one getAccountInfo, parsed by solders as solana-py parses it."""
+    params = [address, {"encoding": "base64", "commitment": "confirmed"}]
+    body = {"jsonrpc": "2.0", "id": 1, "method": "getAccountInfo", "params": params}
+    try:
+        reply = httpx.post(rpc_url, json=body, timeout=10)
+        reply.raise_for_status()
+        parsed = GetAccountInfoResp.from_json(reply.text)
+    except (httpx.HTTPError, ValueError) as e:
+        raise ConfigError(f"cannot read {address} from {rpc_url}: {e}") from e
+    if not isinstance(parsed, GetAccountInfoResp):  # an RPC error
+        reason = getattr(parsed, "message", None) or type(parsed).__name__
+        raise ConfigError(f"cannot read {address} from {rpc_url}: {reason}")
+    return parsed.value
 
 
 def _address(value: str, what: str) -> str:

@@ -36,6 +36,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from svcpay._extras import require
 from svcpay.facilitator.db import events, providers
 from svcpay.facilitator.store import Store
 
@@ -369,6 +370,7 @@ def chart_png(
     """A PNG (`width` x `height` px) of a `report`: daily volume stacked by mode in token units
     (base units / 10**decimals) above, subscriptions (active line, new and churned bars)
     below. Drawn on its own Agg canvas: pyplot's global state is never touched."""
+    require("svcpay's analytics chart", ["charts"], ["matplotlib"])
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator

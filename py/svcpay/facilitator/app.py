@@ -31,6 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from svcpay._extras import MissingExtra
 from svcpay.facilitator import analytics
 from svcpay.facilitator.lifecycle import EVENT_TYPES
 from svcpay.facilitator.openapi import WEBHOOK_URL, schema
@@ -242,7 +243,10 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
         start, end = _range(request)
         data = await analytics.report(store, provider_id=provider_id, start=start, end=end)
         title = f"svcpay: {data['from']} to {data['to']}"
-        png = await asyncio.to_thread(analytics.chart_png, data, title=title)
+        try:
+            png = await asyncio.to_thread(analytics.chart_png, data, title=title)
+        except MissingExtra as e:  # served without matplotlib: the JSON report still works
+            return error(501, "NotImplemented", str(e))
         return Response(png, media_type="image/png")
 
     @asynccontextmanager

@@ -19,6 +19,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from svcpay._extras import require
+
 metadata = sa.MetaData()
 # NUMERIC holds any u64 on PostgreSQL; SQLite would round a NUMERIC through a float, so
 # there amounts are 64-bit INTEGERs (up to 2^63 - 1 base units).
@@ -180,6 +182,8 @@ def _url(url: str | URL) -> URL:
         raise DatabaseUrlError(
             f"unsupported database {backend!r}: use sqlite:///path or postgresql://..."
         )
+    if backend == "postgresql":
+        require("the facilitator on PostgreSQL", ["postgres"], ["psycopg"])
     return parsed
 
 

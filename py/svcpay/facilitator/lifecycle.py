@@ -67,7 +67,7 @@ def jsonable(value: Any) -> Any:
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [jsonable(v) for v in value]
-    return type(value).__name__  # an anchorpy enum variant (Active, Paused, ...)
+    return type(value).__name__  # a generated enum variant (Active, Paused, ...)
 
 
 def chain_key(signature: str, index: int) -> str:

@@ -22,7 +22,7 @@ from solana.rpc.core import (
     TransactionExpiredBlockheightExceededError,
     UnconfirmedTxError,
 )
-from solana.rpc.types import TxOpts
+from solana.rpc.models import TxOpts
 from solders.keypair import Keypair
 from solders.message import to_bytes_versioned
 from solders.pubkey import Pubkey

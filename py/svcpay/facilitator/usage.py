@@ -16,13 +16,13 @@ import contextlib
 import time
 from typing import Any
 
-from anchorpy.error import AccountInvalidDiscriminator
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.transaction import VersionedTransaction
 
 from svcpay.facilitator.lifecycle import record_receipt
 from svcpay.facilitator.store import Store
+from svcpay.program.borsh import AccountInvalidDiscriminator
 from svcpay.program.client import BLOCKHASH_LIFETIME_SECS, BillingClient, TransactionError
 from svcpay.program.errors import ProgramError
 from svcpay.program.generated.accounts.subscription import Subscription

@@ -25,13 +25,12 @@ from solders.system_program import CreateAccountParams, create_account
 from solders.transaction import VersionedTransaction
 from spl.token.constants import TOKEN_PROGRAM_ID
 from spl.token.instructions import (
-    InitializeMintParams,
-    MintToParams,
     create_associated_token_account,
     get_associated_token_address,
     initialize_mint,
     mint_to,
 )
+from spl.token.models import InitializeMintParams, MintToParams
 
 from svcpay.program import errors
 from svcpay.program.events import Event, decode_logs

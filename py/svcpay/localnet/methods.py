@@ -2,7 +2,7 @@
 
 Each method takes the request's `params` list and returns the `result` value, or raises
 RpcError; how many parameters it takes is checked first, with agave's errors (ARITY). Only
-what solana-py, anchorpy and svcpay use is implemented; any other method gets JSON-RPC's
+what solana-py and svcpay use is implemented; any other method gets JSON-RPC's
 "method not found".
 
 Reads honour `commitment` (see node.py): `processed` and `confirmed` see the tip, `finalized`

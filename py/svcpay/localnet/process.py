@@ -3,8 +3,8 @@
 Two backends, chosen by `SVCPAY_VALIDATOR` (or the `validator` argument):
 
 - `drop-in` (the default): svcpay's drop-in (svcpay.localnet.server), LiteSVM with mainnet's
-  features behind a JSON-RPC server of our own, in its own environment (`.venv-localnet`). It
-  starts in a second and can travel in time.
+  features behind a JSON-RPC server of our own, run by the current interpreter in a process
+  of its own. It starts in a second and can travel in time.
 - `solana-test-validator`: agave's test validator 4.2.x (scripts/build-validator builds and
   caches it), on free ports of its own (RPC, faucet, gossip, a dynamic range) so it can run
   beside another validator, with every feature mainnet has not activated switched off at
@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -34,7 +35,6 @@ from svcpay.program.generated.program_id import PROGRAM_ID
 ROOT = Path(__file__).resolve().parents[3]
 PROGRAM_SO = ROOT / "target" / "deploy" / "svc_billing.so"
 PROGRAM_KEYPAIR = ROOT / "keys" / "svc_billing-localnet-keypair.json"
-LOCALNET_PYTHON = ROOT / ".venv-localnet" / "bin" / "python"
 STARTUP_TIMEOUT = 90.0
 DROP_IN = "drop-in"
 TEST_VALIDATOR = "solana-test-validator"
@@ -103,13 +103,8 @@ def _tail(log: Path) -> str:
 
 
 def _drop_in_command(program: Path | None) -> tuple[list[str], str]:
-    python = Path(os.environ.get("SVCPAY_LOCALNET_PYTHON", LOCALNET_PYTHON))
-    if not python.exists():
-        raise LocalnetError(
-            f"{python} is missing: run scripts/python-env (it creates .venv-localnet)"
-        )
     port = stv.free_port_block(1)
-    cmd = [str(python), "-m", "svcpay.localnet.server", "--rpc-port", str(port)]
+    cmd = [sys.executable, "-m", "svcpay.localnet.server", "--rpc-port", str(port)]
     if program is not None:
         cmd += ["--bpf-program", str(PROGRAM_ID), str(program)]
     return cmd, f"http://127.0.0.1:{port}"

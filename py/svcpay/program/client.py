@@ -13,7 +13,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from based58 import b58encode
+from base58 import b58encode
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solana.rpc.core import (
@@ -21,7 +21,7 @@ from solana.rpc.core import (
     TransactionExpiredBlockheightExceededError,
     UnconfirmedTxError,
 )
-from solana.rpc.types import MemcmpOpts, TxOpts
+from solana.rpc.models import MemcmpOpts, TxOpts
 from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.message import MessageV0

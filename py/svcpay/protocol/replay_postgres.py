@@ -17,9 +17,14 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TypeVar
 
-import psycopg
-from psycopg import sql
-from psycopg.rows import TupleRow
+from svcpay._extras import missing_extra
+
+try:
+    import psycopg
+    from psycopg import sql
+    from psycopg.rows import TupleRow
+except ImportError as e:
+    raise missing_extra("svcpay.protocol.replay_postgres", ["postgres"], e.name) from None
 
 Connection = psycopg.AsyncConnection[TupleRow]
 T = TypeVar("T")

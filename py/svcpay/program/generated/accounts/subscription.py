@@ -4,11 +4,11 @@ from dataclasses import dataclass
 from solders.pubkey import Pubkey
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Commitment
-import borsh_construct as borsh
-from anchorpy.coder.accounts import ACCOUNT_DISCRIMINATOR_SIZE
-from anchorpy.error import AccountInvalidDiscriminator
-from anchorpy.utils.rpc import get_multiple_accounts
-from anchorpy.borsh_extension import BorshPubkey
+from svcpay.program import borsh
+from svcpay.program.borsh import ACCOUNT_DISCRIMINATOR_SIZE
+from svcpay.program.borsh import AccountInvalidDiscriminator
+from svcpay.program.borsh import get_multiple_accounts
+from svcpay.program.borsh import BorshPubkey
 from ..program_id import PROGRAM_ID
 from .. import types
 

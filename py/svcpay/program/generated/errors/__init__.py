@@ -7,7 +7,7 @@ from solders.transaction_status import (
 )
 from solana.rpc.core import RPCException
 from solders.rpc.errors import SendTransactionPreflightFailureMessage
-from anchorpy.error import extract_code_and_logs
+from svcpay.program.borsh import extract_code_and_logs
 from ..program_id import PROGRAM_ID
 from . import anchor
 from . import custom

@@ -4,7 +4,7 @@ import typing
 from solders.pubkey import Pubkey
 from spl.token.constants import TOKEN_PROGRAM_ID
 from solders.instruction import Instruction, AccountMeta
-import borsh_construct as borsh
+from svcpay.program import borsh
 from ..program_id import PROGRAM_ID
 
 

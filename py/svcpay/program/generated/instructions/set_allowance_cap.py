@@ -3,7 +3,7 @@ from __future__ import annotations
 import typing
 from solders.pubkey import Pubkey
 from solders.instruction import Instruction, AccountMeta
-import borsh_construct as borsh
+from svcpay.program import borsh
 from ..program_id import PROGRAM_ID
 
 

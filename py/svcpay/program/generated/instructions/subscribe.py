@@ -5,7 +5,7 @@ from solders.pubkey import Pubkey
 from solders.system_program import ID as SYS_PROGRAM_ID
 from spl.token.constants import TOKEN_PROGRAM_ID
 from solders.instruction import Instruction, AccountMeta
-import borsh_construct as borsh
+from svcpay.program import borsh
 from .. import types
 from ..program_id import PROGRAM_ID
 

@@ -2,8 +2,8 @@
 from __future__ import annotations
 import typing
 from dataclasses import dataclass
-from anchorpy.borsh_extension import EnumForCodegen
-import borsh_construct as borsh
+from svcpay.program.borsh import EnumForCodegen
+from svcpay.program import borsh
 
 
 class InsufficientFundsJSON(typing.TypedDict):

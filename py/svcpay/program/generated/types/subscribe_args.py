@@ -3,7 +3,7 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass
 from construct import Container
-import borsh_construct as borsh
+from svcpay.program import borsh
 
 
 class SubscribeArgsJSON(typing.TypedDict):

@@ -4,8 +4,8 @@ import typing
 from dataclasses import dataclass
 from construct import Container
 from solders.pubkey import Pubkey
-from anchorpy.borsh_extension import BorshPubkey
-import borsh_construct as borsh
+from svcpay.program.borsh import BorshPubkey
+from svcpay.program import borsh
 
 
 class UpdatePlanArgsJSON(typing.TypedDict):

@@ -28,7 +28,8 @@ from solders.pubkey import Pubkey
 from solders.system_program import ID as SYSTEM_PROGRAM_ID
 from solders.system_program import TransferParams, transfer
 from spl.token.constants import TOKEN_PROGRAM_ID
-from spl.token.instructions import TransferCheckedParams, transfer_checked
+from spl.token.instructions import transfer_checked
+from spl.token.models import TransferCheckedParams
 
 from svcpay.program import errors, generated, instructions, pda
 from svcpay.program.generated.accounts.allowance import Allowance
@@ -329,13 +330,13 @@ class Scene:
         again: past due, with the money for the renewal there."""
         balance = self.chain.token_state(who.token_account)["amount"]
         params = TransferCheckedParams(
-            TOKEN_PROGRAM_ID,
-            who.token_account,
-            self.plan.mint,
-            self.plan.destination,
-            who.pubkey,
-            balance,
-            6,
+            program_id=TOKEN_PROGRAM_ID,
+            source=who.token_account,
+            mint=self.plan.mint,
+            dest=self.plan.destination,
+            owner=who.pubkey,
+            amount=balance,
+            decimals=6,
         )
         self.chain.send_ok([transfer_checked(params)], [who.keypair])
         self.make_due()

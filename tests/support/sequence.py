@@ -39,14 +39,8 @@ from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from spl.token.constants import TOKEN_PROGRAM_ID
-from spl.token.instructions import (
-    ApproveParams,
-    MintToParams,
-    RevokeParams,
-    approve,
-    mint_to,
-    revoke,
-)
+from spl.token.instructions import approve, mint_to, revoke
+from spl.token.models import ApproveParams, MintToParams, RevokeParams
 
 from svcpay.program import instructions, pda
 from svcpay.program.generated import instructions as gen
@@ -812,13 +806,26 @@ class SequenceRunner:
             )
         elif a.kind == "topup":
             payer = self.chain.payer  # the authority of the mints Chain creates
-            minted = MintToParams(TOKEN_PROGRAM_ID, mint, token, payer.pubkey(), a.amount)
+            minted = MintToParams(
+                program_id=TOKEN_PROGRAM_ID,
+                mint=mint,
+                dest=token,
+                mint_authority=payer.pubkey(),
+                amount=a.amount,
+            )
             return [mint_to(minted)], [payer]
         elif a.kind == "revoke":
-            return [revoke(RevokeParams(TOKEN_PROGRAM_ID, token, owner.pubkey()))], [owner]
+            revoked = RevokeParams(program_id=TOKEN_PROGRAM_ID, account=token, owner=owner.pubkey())
+            return [revoke(revoked)], [owner]
         elif a.kind == "approve":
             delegate = self.delegates[a.subscriber]
-            params = ApproveParams(TOKEN_PROGRAM_ID, token, delegate, owner.pubkey(), a.amount)
+            params = ApproveParams(
+                program_id=TOKEN_PROGRAM_ID,
+                source=token,
+                delegate=delegate,
+                owner=owner.pubkey(),
+                amount=a.amount,
+            )
             return [approve(params)], [owner]
         else:
             raise ValueError(f"unknown action {a.kind}")

@@ -213,9 +213,15 @@ mod tests {
             bump: 255,
             delegate_bump: 255,
         };
-        assert_eq!(sub.party_of(&subscriber, &provider), Some(Party::Subscriber));
+        assert_eq!(
+            sub.party_of(&subscriber, &provider),
+            Some(Party::Subscriber)
+        );
         assert_eq!(sub.party_of(&provider, &provider), Some(Party::Provider));
-        assert_eq!(sub.party_of(&subscriber, &subscriber), Some(Party::Subscriber));
+        assert_eq!(
+            sub.party_of(&subscriber, &subscriber),
+            Some(Party::Subscriber)
+        );
         assert_eq!(sub.party_of(&Pubkey::new_unique(), &provider), None);
     }
 

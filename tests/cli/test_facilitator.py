@@ -39,7 +39,7 @@ def test_migrate_then_provider_create_prints_a_working_key_once(
         "add",
         made["provider"],
         "--pay-to",
-        plan[:-1] + "2",
+        str(Keypair().pubkey()),  # an address of its own (not the plan's with a digit changed)
         "--database",
         db,
     )

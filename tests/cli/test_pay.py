@@ -9,15 +9,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from svcpay.gate import OneTime, Subscription, payment_gate
 from svcpay.gate.chain import ChainSubscriptions
@@ -30,7 +29,7 @@ from svcpay.protocol.replay import MemoryReplayStore
 from tests.cli.conftest import Cli, free_port, keyfile, serve
 from tests.support.billing import DAY, USDC, create_plan_ix
 from tests.support.chain import Chain
-from tests.support.facilitator import in_process_facilitator
+from tests.support.facilitator import in_process_facilitator, proxy
 
 PRICE = USDC // 2
 PLAN_PRICE = 3 * USDC
@@ -53,23 +52,6 @@ class World:
 
     def balance(self, account: Pubkey) -> int:
         return int(self.chain.token_state(account)["amount"])
-
-
-def proxy(client: httpx.AsyncClient) -> ASGIApp:
-    """An ASGI app forwarding each request to `client` (the in-process facilitator)."""
-
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope, receive)
-        reply = await client.request(
-            request.method,
-            request.url.path,
-            content=await request.body(),
-            headers={"content-type": request.headers.get("content-type", "application/json")},
-        )
-        media = reply.headers.get("content-type")
-        await Response(reply.content, reply.status_code, media_type=media)(scope, receive, send)
-
-    return app
 
 
 async def resource(request: Request) -> JSONResponse:

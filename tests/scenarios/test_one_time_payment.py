@@ -362,3 +362,60 @@ async def test_a_pending_settlement_is_asked_again_with_the_same_transfer(world:
     assert reply.status_code == 200
     assert len(bodies) == 2 and bodies[0] == bodies[1]  # the same signed transfer, twice
     assert world.chain.token_state(world.destination)["amount"] == PRICE  # type: ignore[arg-type]
+
+
+async def _data(request: Request) -> JSONResponse:
+    return JSONResponse({"data": 42})
+
+
+def test_a_synchronous_httpx_client_pays_too(validator: Localnet, chain: Chain) -> None:
+    """`PaymentAuth` on `httpx.Client` (no event loop of the caller's): the gate and the
+    facilitator over real HTTP, the payment settled on the validator, the limits kept."""
+    from contextlib import asynccontextmanager
+
+    from solana.rpc.commitment import Confirmed
+
+    from tests.cli.conftest import serve
+    from tests.support.facilitator import proxy
+
+    provider, fee_payer, wallet = (chain.funded_keypair() for _ in range(3))
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    wallet_token = chain.token_account(wallet.pubkey(), mint, 2 * USDC)
+
+    @asynccontextmanager
+    async def facilitator_app() -> AsyncIterator[ASGIApp]:
+        async with in_process_facilitator(validator.url, fee_payer, pay_to=[destination]) as f:
+            yield proxy(f.http)
+
+    @asynccontextmanager
+    async def gate_app() -> AsyncIterator[ASGIApp]:
+        yield payment_gate(
+            Starlette(routes=[Route("/v1/data", _data)]),
+            pricing={"/v1/data": [OneTime(PRICE)]},
+            terms=Terms(pay_to=str(destination), token=str(mint)),
+            memos=Memos(b"sync-memo-secret-0123456789"),
+            trusted_facilitators={str(fee_payer.pubkey())},
+            replay=MemoryReplayStore(),
+        )
+
+    with serve(facilitator_app) as facilitator_url, serve(gate_app) as api_url:
+        auth = PaymentAuth(
+            wallet,
+            rpc=AsyncClient(validator.url, commitment=Confirmed),
+            facilitator=httpx.AsyncClient(base_url=facilitator_url),
+            max_per_request=USDC,
+            max_per_period=PRICE,
+        )
+        try:
+            with httpx.Client(base_url=api_url, auth=auth) as api:
+                reply = api.get("/v1/data")
+                assert (reply.status_code, reply.json()) == (200, {"data": 42})
+                with pytest.raises(SpendingLimitExceeded):
+                    api.get("/v1/data")
+        finally:
+            auth.run(auth.rpc.close())
+            auth.run(auth.facilitator.aclose())
+            auth.close()
+    assert chain.token_state(wallet_token)["amount"] == 2 * USDC - PRICE  # type: ignore[arg-type]
+    assert chain.token_state(destination)["amount"] == PRICE  # type: ignore[arg-type]

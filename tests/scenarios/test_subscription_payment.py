@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import httpx
 import pytest
 from solana.rpc.async_api import AsyncClient
@@ -169,3 +171,66 @@ async def test_the_client_uses_a_subscription_the_wallet_already_holds(
     assert chain.token_state(wallet_token)["amount"] == 15 * USDC
     await billing.close()
     await rpc.close()
+
+
+def test_a_synchronous_httpx_client_subscribes_within_its_limits(
+    validator: Localnet, chain: Chain
+) -> None:
+    """`PaymentAuth` on `httpx.Client`: the same limit refuses a dear plan, then the client
+    subscribes once and is served with X-Svc-Sub."""
+    from contextlib import asynccontextmanager
+
+    from starlette.types import ASGIApp
+
+    from svcpay.program import pda
+    from tests.cli.conftest import serve
+    from tests.support.billing import create_plan_ix
+
+    provider, wallet = chain.funded_keypair(), chain.funded_keypair()
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    wallet_token = chain.token_account(wallet.pubkey(), mint, 25 * USDC)
+    chain.send_ok(
+        [create_plan_ix(provider.pubkey(), 1, mint, destination, provider.pubkey(),
+                        10 * USDC, 30 * DAY)],
+        [provider],
+    )  # fmt: skip
+    plan = str(pda.plan_address(provider.pubkey(), 1))
+
+    @asynccontextmanager
+    async def gate_app() -> AsyncIterator[ASGIApp]:
+        gate_billing = BillingClient.connect(validator.url)
+        yield payment_gate(
+            Starlette(routes=[Route("/v1/resource", resource)]),
+            pricing={"/v1/resource": [Subscription(plan, 10 * USDC, 30 * DAY)]},
+            terms=Terms(pay_to=str(destination), token=str(mint)),
+            memos=Memos(b"sync-memo-secret-0123456789"),
+            trusted_facilitators=set(),
+            replay=MemoryReplayStore(),
+            subscriptions=ChainSubscriptions(gate_billing, ttl=0),
+        )
+        await gate_billing.close()
+
+    def auth(limit: int) -> PaymentAuth:
+        return PaymentAuth(
+            wallet,
+            rpc=AsyncClient(validator.url, commitment=Confirmed),
+            facilitator=httpx.AsyncClient(base_url="http://facilitator.invalid"),
+            billing=BillingClient.connect(validator.url),
+            max_per_request=limit,
+        )
+
+    with serve(gate_app) as api_url, httpx.Client(base_url=api_url) as api:
+        stingy, enough = auth(5 * USDC), auth(10 * USDC)
+        with pytest.raises(SpendingLimitExceeded):
+            api.get("/v1/resource", auth=stingy)
+        for _ in range(2):
+            reply = api.get("/v1/resource", auth=enough)
+            assert (reply.status_code, reply.json()) == (200, {"resource": True})
+        for a in (stingy, enough):
+            assert a.billing is not None
+            a.run(a.billing.close())
+            a.run(a.rpc.close())
+            a.run(a.facilitator.aclose())
+            a.close()
+    assert chain.token_state(wallet_token)["amount"] == 15 * USDC  # one period

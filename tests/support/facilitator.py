@@ -12,6 +12,9 @@ from pathlib import Path
 import httpx
 from solana.rpc.async_api import AsyncClient
 from solders.keypair import Keypair
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from svcpay.facilitator.app import create_app
 from svcpay.facilitator.config import FacilitatorConfig
@@ -71,3 +74,20 @@ async def in_process_facilitator(
         finally:
             await http.aclose()
             await service.aclose()
+
+
+def proxy(client: httpx.AsyncClient) -> ASGIApp:
+    """An ASGI app forwarding each request to `client` (the in-process facilitator)."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        reply = await client.request(
+            request.method,
+            request.url.path,
+            content=await request.body(),
+            headers={"content-type": request.headers.get("content-type", "application/json")},
+        )
+        media = reply.headers.get("content-type")
+        await Response(reply.content, reply.status_code, media_type=media)(scope, receive, send)
+
+    return app

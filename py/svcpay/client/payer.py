@@ -5,15 +5,20 @@ It prefers a subscription when the terms offer one and the client holds (or may 
 subscription to that plan; otherwise it pays once: builds the transfer, signs it as token
 authority (the facilitator pays the fee), gets the proof from `POST /authorize`, and retries
 with `X-PAYMENT`. Spending limits are checked before any money moves.
+
+It works with `httpx.AsyncClient` and `httpx.Client` alike: the logic is one async generator
+(`_flow`); the sync flow runs its steps on a private event loop in a daemon thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import threading
 import time
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Generator
+from typing import TypeVar
 
 import httpx
 from solana.rpc.async_api import AsyncClient
@@ -34,6 +39,7 @@ from svcpay.program.generated.types.subscription_status import Active
 from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
 from svcpay.protocol.models import PaymentOption, PaymentRequired, ProtocolError
 
+T = TypeVar("T")
 MEMO_PROGRAM = Pubkey.from_string("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr")
 
 
@@ -84,6 +90,8 @@ class PaymentAuth(httpx.Auth):
         self.subscriptions = dict(subscriptions or {})
         self.billing, self.retries = billing, retries
         self._spent: deque[tuple[float, int]] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None  # httpx.Client's flows run here
+        self._loop_lock = threading.Lock()
 
     def _reserve(self, amount: int) -> None:
         if amount > self.max_per_request:
@@ -102,13 +110,65 @@ class PaymentAuth(httpx.Auth):
             )
         self._spent.append((now, amount))
 
+    def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response]:
+        """The same flow for `httpx.Client`: each step of `_flow` runs on this auth's private
+        event loop (a daemon thread), so the RPC, facilitator and billing clients given to
+        the constructor are used on that loop only and must not be shared with async code."""
+        flow = self._flow(request)
+        try:
+            request = self.run(flow.__anext__())
+            while True:
+                response = yield request
+                response.read()
+                try:
+                    request = self.run(flow.asend(response))
+                except StopAsyncIteration:
+                    return
+        finally:
+            self.run(flow.aclose())
+
     async def async_auth_flow(
         self, request: httpx.Request
     ) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        flow = self._flow(request)
+        try:
+            request = await flow.__anext__()
+            while True:
+                response = yield request
+                await response.aread()  # overriding async_auth_flow: we read bodies ourselves
+                try:
+                    request = await flow.asend(response)
+                except StopAsyncIteration:
+                    return
+        finally:
+            await flow.aclose()
+
+    def run(self, step: Awaitable[T]) -> T:
+        """Runs `step` on the private loop of the sync flow (started on first use) and waits
+        for it: e.g. `auth.run(auth.facilitator.aclose())` after using `httpx.Client`."""
+        with self._loop_lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=_run_forever, args=(loop,), name="svcpay-payment-auth", daemon=True
+                ).start()
+                self._loop = loop
+        return asyncio.run_coroutine_threadsafe(_awaited(step), self._loop).result()
+
+    def close(self) -> None:
+        """Stops the private loop, if the sync flow started one (close the clients first,
+        with `run`)."""
+        with self._loop_lock:
+            loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+
+    async def _flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        """The payment logic, for both clients: yields requests, is sent their responses
+        (bodies already read)."""
         response = yield request
         if response.status_code != 402:
             return
-        await response.aread()  # overriding async_auth_flow means reading bodies ourselves
         try:
             terms = PaymentRequired.parse(response.content)
         except ProtocolError:
@@ -127,7 +187,6 @@ class PaymentAuth(httpx.Auth):
         request.headers[X_PAYMENT] = await self._pay(option)
         for attempt in range(self.retries + 1):
             response = yield request
-            await response.aread()
             rejected = response.status_code == 402 and _error(response) == "InvalidPaymentProof"
             if not rejected:
                 return
@@ -195,6 +254,17 @@ class PaymentAuth(httpx.Auth):
         raise PaymentError(
             f"the facilitator refused the payment ({reply.status_code}): {_message(reply)}"
         )
+
+
+def _run_forever(loop: asyncio.AbstractEventLoop) -> None:
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
+async def _awaited(step: Awaitable[T]) -> T:
+    return await step
 
 
 SETTLE_PATIENCE_SECS = 90.0  # a signed payment's blockhash lives about a minute

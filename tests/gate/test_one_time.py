@@ -13,6 +13,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from svcpay.gate import OneTime, payment_gate
 from svcpay.gate.pricing import Terms
@@ -153,3 +154,60 @@ async def test_oversized_headers_get_400_and_free_paths_pass(http: httpx.AsyncCl
     huge = await http.get("/v1/data", headers={"X-PAYMENT": "A" * 5000})
     assert huge.status_code == 400 and "exceeds" in huge.json()["message"]
     assert (await http.get("/free")).json() == {"free": True}
+
+
+async def test_a_method_or_path_the_app_does_not_serve_is_never_priced(
+    http: httpx.AsyncClient,
+) -> None:
+    """The app's own 405 or 404 comes before any payment: no terms, and a proof sent along
+    is not taken (it still buys the GET it was made for)."""
+    memo = (await terms_for(http, "/v1/data")).accepts[0].memo
+    assert memo
+    header = proof(memo)
+    for method, path, status in (
+        ("POST", "/v1/data", 405),
+        ("DELETE", "/v1/data", 405),
+        ("GET", "/v1/data/nothing-here", 404),
+    ):
+        for headers in ({}, {"X-PAYMENT": header}):
+            reply = await http.request(method, path, headers=headers)
+            assert reply.status_code == status, (method, path, reply.text)
+    served = await http.get("/v1/data", headers={"X-PAYMENT": header})
+    assert (served.status_code, served.json()) == (200, {"data": 42})
+
+
+class Wrapped:
+    """Middleware keeping the app it wraps as `.app`, as Starlette's do."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
+async def test_routes_are_read_through_middleware_or_told_by_serves() -> None:
+    async def bare(scope: Scope, receive: Receive, send: Send) -> None:
+        status = 200 if scope["method"] == "GET" else 405
+        await JSONResponse({"bare": True}, status)(scope, receive, send)
+
+    common = dict(
+        pricing={"/v1/data": [OneTime(PRICE)]},
+        terms=TERMS,
+        memos=Memos(b"gate-memo-secret-0123456789"),
+        trusted_facilitators={str(FACILITATOR.pubkey())},
+        replay=MemoryReplayStore(),
+    )
+    added = make_app()  # as the README adds it: inside Starlette's own middleware stack
+    added.add_middleware(payment_gate, **common)  # type: ignore[arg-type]
+    gates = [
+        added,
+        payment_gate(Wrapped(Wrapped(make_app())), **common),  # type: ignore[arg-type]
+        payment_gate(bare, serves=lambda scope: scope["method"] == "GET", **common),  # type: ignore[arg-type]
+    ]
+    for gate in gates:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=gate), base_url="http://api"
+        ) as api:
+            assert (await api.get("/v1/data")).status_code == 402
+            assert (await api.post("/v1/data")).status_code == 405

@@ -10,7 +10,12 @@
 - Metered routes: 402 `AllowanceExhausted` when the allowance cannot cover the request;
   after a 2xx response the meter deducts the usage.
 - Malformed or oversized credentials: 400 with the reason. Never a 500 of the gate's own.
-Non-HTTP scopes and paths outside the gated prefixes pass through untouched.
+Non-HTTP scopes and paths outside the gated prefixes pass through untouched, and so does a
+request the application does not serve (no route for its path, or not for its method): the
+app answers its own 404 or 405 before any payment is asked for or any proof is taken. The
+gate tells from `serves(scope)`, by default from the app's Starlette/FastAPI routes (found
+through wrapping middleware's `.app`); an app it cannot read is assumed to serve every
+gated request (pass `serves=` for those).
 """
 
 from __future__ import annotations
@@ -77,9 +82,13 @@ class PaymentGate:
         subscriptions: Subscriptions | None = None,
         meter: Meter | None = None,
         remote: RemoteVerifier | None = None,
+        serves: Callable[[Scope], bool] | None = None,
     ) -> None:
         """`remote` (e.g. FacilitatorVerifier) replaces the offline signature check with
-        the facilitator's POST /verify; memo and replay checks stay here."""
+        the facilitator's POST /verify; memo and replay checks stay here. `serves(scope)`
+        says whether the app has a route for the request's path and method (default: read
+        from the app's routes when it has Starlette-style ones); requests it does not serve
+        are passed to the app unpriced, so a 404 or 405 is never paid for."""
         if (
             any(isinstance(e, Subscription) for p in routes.values() for e in p)
             and subscriptions is None
@@ -98,6 +107,7 @@ class PaymentGate:
         self.subscriptions, self.meter = subscriptions, meter
         self._options: dict[OneTime, PaymentOption] = {}
         self.remote = remote
+        self.serves = serves if serves is not None else routes_served_by(app)
         self._inflight: dict[str, int] = {}  # metered usage of requests being served
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -105,8 +115,8 @@ class PaymentGate:
             await self.app(scope, receive, send)
             return
         pricing = next((p for prefix, p in self.routes if _under(scope["path"], prefix)), None)
-        if pricing is None:
-            await self.app(scope, receive, send)
+        if pricing is None or (self.serves is not None and not self.serves(scope)):
+            await self.app(scope, receive, send)  # its 404/405 costs nothing
             return
         resource = f"{scope['method']} {scope['path']}"
         headers = {k.lower(): v for k, v in scope["headers"]}
@@ -293,6 +303,28 @@ class PaymentGate:
     ) -> None:
         body = build_payment_required(resource, pricing, self.terms, self.memos, error, message)
         await _json(send, 402, body.to_json_dict())
+
+
+def routes_served_by(app: object) -> Callable[[Scope], bool] | None:
+    """`serves(scope)` from the routes of a Starlette or FastAPI app (or a router), looked
+    for through middleware that keeps the wrapped app as `.app`; None when there are none.
+    A request is served when one route matches its path and method (a partial match is a
+    405; no match is a 404 or the router's slash redirect, both free)."""
+    for _ in range(32):
+        routes = getattr(app, "routes", None)
+        if isinstance(routes, list) and routes and all(hasattr(r, "matches") for r in routes):
+            return _matching(routes)
+        app = getattr(app, "app", None)
+        if app is None:
+            return None
+    return None
+
+
+def _matching(routes: list[Any]) -> Callable[[Scope], bool]:
+    def serves(scope: Scope) -> bool:
+        return any(route.matches(scope)[0].name == "FULL" for route in routes)
+
+    return serves
 
 
 def _under(path: str, prefix: str) -> bool:

@@ -81,7 +81,10 @@ class PaymentGateWSGI:
         subscriptions: Subscriptions | None = None,
         meter: Meter | None = None,
         remote: RemoteVerifier | None = None,
+        serves: Callable[[Scope], bool] | None = None,
     ) -> None:
+        """`serves(scope)`: whether `app` has a route for the request's path and method
+        (a WSGI app's routes cannot be read: without it every gated request is priced)."""
         self.app = app
         self.gate = PaymentGate(
             _asgi_view,
@@ -93,6 +96,7 @@ class PaymentGateWSGI:
             subscriptions=subscriptions,
             meter=meter,
             remote=remote,
+            serves=serves,
         )
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None

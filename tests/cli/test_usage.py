@@ -175,3 +175,43 @@ def test_the_installed_console_script_runs_main(tmp_path: Path) -> None:
         f"svcpay: keypair {missing} not found: create one with `svcpay keys create` "
         f"or pass --keypair PATH\n"
     )
+
+
+def test_error_paths_print_one_line_with_what_to_do_and_no_traceback(
+    offline_cli: Cli, tmp_path: Path
+) -> None:
+    """Errors a user can cause, each one line naming what failed and what to do (never the
+    catch-all "unexpected ..."), with the documented exit code. `offline_cli` itself fails
+    on a traceback or a second line on stderr."""
+    key = keyfile(tmp_path, Keypair())
+    dead_rpc = f"http://127.0.0.1:{free_port()}"
+    database = f"sqlite:///{tmp_path / 'facilitator.db'}"
+    cases: list[tuple[tuple[str, ...], int, str]] = [
+        (("keys", "airdrop", "1e12", "--keypair", key, "--url", dead_rpc), 2, "out of range"),
+        (("keys", "airdrop", "-1", "--keypair", key, "--url", dead_rpc), 2, "not an amount"),
+        (
+            (
+                "analytics",
+                "--chart",
+                str(tmp_path / "missing" / "chart.png"),
+                "--database",
+                database,
+            ),
+            2,
+            "does not exist",
+        ),  # fmt: skip
+    ]
+    for argv, code, words in cases:
+        result = offline_cli(*argv)
+        assert (result.code, words in result.err) == (code, True), (argv, result.err)
+        assert "Traceback" not in result.err and "unexpected" not in result.err, result.err
+        assert result.err.startswith("svcpay: ")
+        jsoned = offline_cli(*argv, "--json")
+        assert (jsoned.code, jsoned.json["exitCode"]) == (code, code)
+
+
+def test_version_prints_the_package_version(offline_cli: Cli) -> None:
+    from importlib.metadata import version
+
+    result = offline_cli("--version")
+    assert (result.code, result.out) == (0, f"svcpay {version('svcpay')}\n")

@@ -12,6 +12,8 @@
     svcpay analytics                     volume, subscriptions, revenue (table + PNG)
     svcpay demo                          walk through the three flows on a local validator
 
+`svcpay --version` prints the installed package's version.
+
 Global options (before or after the command): `--url` (RPC URL; default $SVCPAY_RPC_URL or
 http://127.0.0.1:8899), `--keypair` (default $SVCPAY_KEYPAIR or ~/.config/solana/id.json)
 and `--json` (one JSON object on stdout instead of text). Amounts are token units scaled by
@@ -34,6 +36,7 @@ in `COMMANDS`.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import sys
@@ -66,6 +69,13 @@ COMMANDS: list[ModuleType] = [
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("svcpay")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, uninstalled
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = CliParser(
         prog="svcpay",
@@ -74,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         "`svcpay localnet --help` lists the validator's flags.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"svcpay {_version()}")
     add_global_options(parser, defaults=True)
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
     for module in COMMANDS:

@@ -240,6 +240,12 @@ def analytics_cmd(args: argparse.Namespace) -> int:
     from svcpay.facilitator.store import Store
 
     cfg = config(args, need_keypair=False)
+    chart = Path(args.chart).expanduser() if args.chart else None
+    if chart is not None and not chart.parent.is_dir():
+        raise UsageError(
+            f"cannot write the chart to {chart}: the directory {chart.parent} does not "
+            "exist; create it or give --chart a path in an existing directory"
+        )
     params = {k: v for k, v in (("from", args.start), ("to", args.end)) if v}
     try:
         start, end = analytics.parse_range(params, int(time.time()))
@@ -255,9 +261,14 @@ def analytics_cmd(args: argparse.Namespace) -> int:
 
     with database_errors():
         data = run(go())
-    if args.chart:
+    if chart is not None:
         png = analytics.chart_png(data, title=f"svcpay: {data['from']} to {data['to']}")
-        Path(args.chart).write_bytes(png)
+        try:
+            chart.write_bytes(png)
+        except OSError as e:
+            raise UsageError(
+                f"cannot write the chart to {chart}: {e.strerror}; give --chart a writable path"
+            ) from None
     totals = data["totals"]
     lines = [
         f"{data['from']} to {data['to']}"

@@ -25,6 +25,7 @@ from svcpay.cli._common import (
 from svcpay.keys import save_keypair
 
 LAMPORTS_PER_SOL = 10**9
+MAX_LAMPORTS = 2**64 - 1  # a u64
 
 
 def create(args: argparse.Namespace) -> int:
@@ -56,6 +57,11 @@ def airdrop(args: argparse.Namespace) -> int:
         sol = Decimal(-1)
     if not sol.is_finite() or sol <= 0 or sol != sol.quantize(Decimal("1e-9")):
         raise UsageError(f"not an amount of SOL: {args.sol!r} (e.g. 1 or 0.5)")
+    if sol * LAMPORTS_PER_SOL > MAX_LAMPORTS:
+        raise UsageError(
+            f"amount out of range: {args.sol} SOL is more than a balance can hold "
+            f"({Decimal(MAX_LAMPORTS) / LAMPORTS_PER_SOL} SOL); ask for a few SOL (e.g. 2)"
+        )
     keypair = load_signer(args)
     return run(_airdrop(args, keypair, int(sol * LAMPORTS_PER_SOL)))
 

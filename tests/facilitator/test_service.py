@@ -407,3 +407,44 @@ async def test_a_payer_beyond_its_rate_gets_429_and_pays_nothing(shop: Shop, cha
     refused = await shop.fac.http.post("/authorize", json=second)
     assert (refused.status_code, refused.json()["error"]) == (429, "RateLimited")
     assert chain.token_state(shop.destination)["amount"] == PRICE  # only the first was paid
+
+
+async def test_usage_errors_say_whether_to_retry(shop: Shop, chain: Chain) -> None:
+    """Permanent errors are 4xx with a reason (a retry cannot help); 503 with Retry-After
+    only for a transient one (the RPC down), so providers' clients know when to stop."""
+    import dataclasses
+
+    import httpx
+
+    from svcpay.facilitator.app import create_app
+    from tests.cli.conftest import free_port
+
+    http = shop.fac.http
+    plan = await shop.plan(9)
+    plain = chain.funded_keypair()  # subscribed without an allowance: nothing to deduct
+    chain.token_account(plain.pubkey(), shop.mint, 10 * USDC)
+    no_allowance = await shop.fac.service.billing.subscribe(plan, plain)
+    metered, _ = await shop.metered_subscriber(chain, plan)
+
+    def report(sub: object, key: str) -> dict[str, str]:
+        return {"subscription": str(sub), "amount": "1000", "idempotencyKey": key}
+
+    for sub, key in ((Keypair().pubkey(), "unknown"), (no_allowance, "no-allowance")):
+        for _ in range(2):  # the same answer when retried
+            reply = await http.post("/v1/usage", json=report(sub, key), headers=shop.auth())
+            assert 400 <= reply.status_code < 500, (key, reply.status_code, reply.text)
+            assert reply.json()["error"] and reply.json()["message"], reply.text
+            assert "retry-after" not in reply.headers
+
+    config = shop.fac.service.config
+    down = Facilitator(
+        dataclasses.replace(config, rpc_url=f"http://127.0.0.1:{free_port()}", instance="down")
+    )
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(down, background=False)),
+        base_url="http://facilitator",
+    ) as broken:
+        reply = await broken.post("/v1/usage", json=report(metered, "rpc"), headers=shop.auth())
+    await down.aclose()
+    assert reply.status_code == 503, reply.text
+    assert int(reply.headers["retry-after"]) > 0 and reply.json()["error"] == "Unavailable"

@@ -181,7 +181,10 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
         try:
             return JSONResponse(await fac.usage.report(provider_id, sub, amount, key))
         except UsageError as e:
-            return error(e.status, e.name, e.message)
+            reply = error(e.status, e.name, e.message)
+            if e.retry_after is not None:  # transient: the same report, later
+                reply.headers["Retry-After"] = str(e.retry_after)
+            return reply
 
     async def list_events(request: Request, provider_id: str) -> Response:
         after = _int_param(request, "after", 0, 0, 2**62)

@@ -510,12 +510,17 @@ def _provider_paths() -> Schema:
                     "403": error("Forbidden: the subscription's plan is not this provider's"),
                     "404": error("NotFound: no such subscription"),
                     "409": error(
-                        "IdempotencyKeyReused (different content), NoAllowance, Unauthorized "
-                        "(the facilitator is not the plan's billing authority), or another "
-                        "program error"
+                        "IdempotencyKeyReused (different content), NoAllowance (the "
+                        "subscription has no metered allowance), Unauthorized (the "
+                        "facilitator is not the plan's billing authority), DeductionFailed "
+                        "or another program error: final, a retry gets the same answer"
                     ),
                     "413": shared("RequestTooLarge"),
-                    "503": error("DeductionPending: report again with the same key"),
+                    "503": error(
+                        "DeductionPending (sent, not yet confirmed) or Unavailable (the RPC "
+                        "node or the database is unreachable): transient, report again with "
+                        "the same key after the Retry-After header's seconds"
+                    ),
                 },
             }
         },

@@ -16,6 +16,9 @@ import contextlib
 import time
 from typing import Any
 
+import sqlalchemy.exc
+from solana.exceptions import SolanaRpcException
+from solana.rpc.core import RPCException
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.transaction import VersionedTransaction
@@ -43,10 +46,27 @@ STATUS_BY_ERROR = {
 }
 
 
+# A transient failure (the RPC or the database unreachable) is a 503 with Retry-After; every
+# other answer is final for that report: a 4xx with the reason, retried or not.
+RETRY_AFTER_SECS = 5
+TRANSIENT: tuple[type[BaseException], ...] = (
+    SolanaRpcException,  # the RPC node unreachable or timing out
+    RPCException,  # the RPC node answering with an error of its own (unhealthy, behind)
+    OSError,
+    sqlalchemy.exc.OperationalError,  # the database unreachable or locked
+    sqlalchemy.exc.InterfaceError,
+)
+
+
 class UsageError(Exception):
     def __init__(self, name: str, message: str, status: int) -> None:
         super().__init__(message)
         self.name, self.message, self.status = name, message, status
+
+    @property
+    def retry_after(self) -> int | None:
+        """Seconds to wait before reporting again (same key), for transient errors only."""
+        return RETRY_AFTER_SECS if self.status == 503 else None
 
 
 class UsageReporter:
@@ -64,6 +84,19 @@ class UsageReporter:
             raise UsageError("InvalidRequest", "subscription is not an address", 400) from e
         if not 0 < amount <= MAX_AMOUNT:
             raise UsageError("InvalidRequest", f"amount must be from 1 to {MAX_AMOUNT}", 400)
+        try:
+            return await self._report(provider_id, subscription, amount, idempotency_key)
+        except TRANSIENT as e:
+            raise UsageError(
+                "Unavailable",
+                f"the RPC node or the database is unreachable ({type(e).__name__}); "
+                "report again with the same idempotency key",
+                503,
+            ) from e
+
+    async def _report(
+        self, provider_id: str, subscription: str, amount: int, idempotency_key: str
+    ) -> dict[str, Any]:
         row, _ = await self.store.begin_usage(provider_id, idempotency_key, subscription, amount)
         if row["subscription"] != subscription or row["amount"] != amount:
             raise UsageError(
@@ -127,7 +160,12 @@ class UsageReporter:
             error = f"{e.name}: {e.message or e}"
             await self.store.finish_usage(row["id"], signature=None, error=error)
             raise UsageError(e.name, e.message or str(e), STATUS_BY_ERROR.get(e.name, 409)) from e
-        except TransactionError as e:  # not the subscriber's doing: the report stays pending
+        except TransactionError as e:
+            if e.rejected:  # an instruction failed (in simulation or on chain): final
+                error = f"DeductionFailed: {e}"
+                await self.store.finish_usage(row["id"], signature=None, error=error)
+                raise UsageError("DeductionFailed", str(e), 409) from e
+            # Not the subscriber's doing (unsent, unconfirmed): the report stays pending.
             if await self.billing.landed(str(tx.signatures[0])):  # e.g. already processed
                 await self.store.finish_usage(
                     row["id"], signature=str(tx.signatures[0]), error=None
@@ -160,6 +198,13 @@ class UsageReporter:
             sub = None
         if sub is None:
             raise UsageError("NotFound", f"subscription {subscription} does not exist", 404)
+        if not sub.has_allowance:
+            raise UsageError(
+                "NoAllowance",
+                f"subscription {subscription} was made without a metered allowance, so no "
+                "usage can be charged to it (the subscriber subscribes with --allowance-cap)",
+                409,
+            )
         if await self.store.resource_owner(str(sub.plan)) != provider_id:
             raise UsageError(
                 "Forbidden", "the subscription's plan is not registered to this API key", 403

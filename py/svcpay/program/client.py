@@ -50,11 +50,16 @@ def is_live(sub: Subscription) -> bool:
 
 
 class TransactionError(RuntimeError):
-    """A transaction failed for a reason other than a svc_billing error."""
+    """A transaction failed for a reason other than a svc_billing error. `rejected`: one of
+    its instructions failed (in simulation or on chain), so sending it again cannot help;
+    otherwise it may not have been sent or confirmed (an expired blockhash, a timeout)."""
 
-    def __init__(self, message: str, logs: list[str] | None = None) -> None:
+    def __init__(
+        self, message: str, logs: list[str] | None = None, *, rejected: bool = False
+    ) -> None:
         super().__init__(message)
         self.logs = logs or []
+        self.rejected = rejected
 
 
 @dataclass(frozen=True)
@@ -115,7 +120,9 @@ class BillingClient:
             logs = list(getattr(data, "logs", None) or [])
             err = getattr(data, "err", None)
             message = str(getattr(detail, "message", detail))
-            raise errors.from_logs_or_error(err) or TransactionError(message, logs) from e
+            raise errors.from_logs_or_error(err) or TransactionError(
+                message, logs, rejected="InstructionError" in f"{type(err).__name__} {err}"
+            ) from e
         try:
             await self.rpc.confirm_transaction(sig, Confirmed)
         except (TimeoutError, UnconfirmedTxError, TransactionExpiredBlockheightExceededError) as e:
@@ -128,7 +135,9 @@ class BillingClient:
             raise TransactionError(f"transaction {sig} confirmed but not found")
         logs = list(meta.log_messages or [])
         if meta.err is not None:
-            raise errors.from_logs_or_error(meta.err) or TransactionError(str(meta.err), logs)
+            raise errors.from_logs_or_error(meta.err) or TransactionError(
+                str(meta.err), logs, rejected="InstructionError" in str(meta.err)
+            )
         return Receipt(str(sig), meta.compute_units_consumed or 0, logs, decode_logs(logs))
 
     async def landed(self, signature: str) -> bool | None:

@@ -40,6 +40,7 @@ from svcpay.localnet.process import Localnet
 from svcpay.protocol.headers import NETWORK_MAINNET, SCHEME_EXACT
 from svcpay.protocol.proof import PaymentProof
 from tests.support.billing import Billing
+from tests.support.chain import Chain
 from tests.support.facilitator_app import ProviderApp, provider_app, provider_app_sync
 
 EXAMPLES = 50  # generated per operation (plus schemathesis' coverage cases); about 10 s in all
@@ -120,10 +121,11 @@ def test_the_fuzzer_runs_the_essential_checks() -> None:
 
 
 @pytest.fixture
-def fuzzed(validator: Localnet, tmp_path: Path) -> Iterator[ProviderApp]:
+def fuzzed(validator: Localnet, chain: Chain, tmp_path: Path) -> Iterator[ProviderApp]:
     """A fresh app for each fuzzed operation: schemathesis ends an app's lifespan (which
-    closes its RPC client and database) with the test item that started it."""
-    target = provider_app_sync(validator.url, tmp_path)
+    closes its RPC client and database) with the test item that started it. Its fee payer
+    is funded, as a working facilitator's is (/health answers 503 otherwise)."""
+    target = provider_app_sync(validator.url, tmp_path, keypair=chain.funded_keypair())
     TARGET.app = target.app
     yield target
     shutdown_lifespans()  # already done by schemathesis' plugin; harmless, and explicit

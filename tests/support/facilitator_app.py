@@ -76,7 +76,9 @@ async def provider_app(
     return ProviderApp(create_app(service, background=False), service, provider_id, key)
 
 
-def provider_app_sync(rpc_url: str, directory: Path) -> ProviderApp:
+def provider_app_sync(
+    rpc_url: str, directory: Path, *, keypair: Keypair | None = None
+) -> ProviderApp:
     """`provider_app` for synchronous callers (nothing async is bound to this loop: the app's
     own engine and RPC client connect on first use, in the loop that serves it)."""
-    return asyncio.run(provider_app(rpc_url, directory))
+    return asyncio.run(provider_app(rpc_url, directory, keypair=keypair))

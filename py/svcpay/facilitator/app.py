@@ -44,6 +44,10 @@ from svcpay.protocol.models import PaymentOption, ProtocolError
 from svcpay.protocol.proof import PaymentProof
 
 MAX_BODY = 64 * 1024
+# /health: below this the fee payer is "low" (about 200 transactions' fees at 5,000 lamports a
+# signature); the RPC node gets this long to answer.
+MIN_FEE_PAYER_LAMPORTS = 1_000_000
+HEALTH_RPC_TIMEOUT_SECS = 2.0
 Handler = Callable[[Request], Awaitable[Response]]
 M = TypeVar("M", bound=BaseModel)
 
@@ -158,10 +162,31 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
         )
 
     async def health(request: Request) -> Response:
-        """200 when the database answers; 503 (for load balancers) when it does not."""
-        if await store.ping():
-            return JSONResponse({"status": "ok", "database": "ok"})
-        return JSONResponse({"status": "degraded", "database": "unreachable"}, status_code=503)
+        """200 when the database and the RPC node answer and the fee payer can pay fees; 503
+        (for load balancers and monitors) naming what is down otherwise."""
+        database, balance = await asyncio.gather(store.ping(), fee_payer_balance())
+        low = balance is not None and balance < MIN_FEE_PAYER_LAMPORTS
+        body = {
+            "status": "ok" if database and balance is not None and not low else "degraded",
+            "database": "ok" if database else "unreachable",
+            "rpc": "ok" if balance is not None else "unreachable",
+            "feePayer": {
+                "address": fac.public_key,
+                "lamports": balance,
+                "status": "unknown" if balance is None else "low" if low else "ok",
+            },
+        }
+        return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
+
+    async def fee_payer_balance() -> int | None:
+        """The fee payer's lamports, or None when the RPC node does not answer in time."""
+        try:
+            reply = await asyncio.wait_for(
+                fac.rpc.get_balance(fac.keypair.pubkey()), HEALTH_RPC_TIMEOUT_SECS
+            )
+            return int(reply.value)
+        except Exception:  # any failure to get an answer is "unreachable" to a monitor
+            return None
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(schema())

@@ -323,8 +323,22 @@ def _analytics_report() -> Schema:
 
 
 def _public_paths() -> Schema:
+    fee_payer = obj(
+        {
+            "address": {"type": "string"},
+            "lamports": {"type": ["integer", "null"]},
+            "status": {"type": "string", "enum": ["ok", "low", "unknown"]},
+        },
+        ["address", "lamports", "status"],
+    )
     health_body = obj(
-        {"status": {"type": "string"}, "database": {"type": "string"}}, ["status", "database"]
+        {
+            "status": {"type": "string", "enum": ["ok", "degraded"]},
+            "database": {"type": "string", "enum": ["ok", "unreachable"]},
+            "rpc": {"type": "string", "enum": ["ok", "unreachable"]},
+            "feePayer": fee_payer,
+        },
+        ["status", "database", "rpc", "feePayer"],
     )
     authorize_body = obj(
         {
@@ -415,8 +429,12 @@ def _public_paths() -> Schema:
                 "operationId": "health",
                 "tags": ["meta"],
                 "responses": {
-                    "200": ok("alive, database reachable", health_body),
-                    "503": ok("the database is unreachable", health_body),
+                    "200": ok("database and RPC node reachable, fee payer funded", health_body),
+                    "503": ok(
+                        "the database or the RPC node is unreachable, or the fee "
+                        "payer's balance is low",
+                        health_body,
+                    ),
                 },
             }
         },

@@ -142,20 +142,23 @@ def _check(
         raise Refusal(Reason.INVALID_PAYLOAD, "address lookup tables are not accepted")
     if not keys or keys[0] != fee_payer:
         raise Refusal(Reason.FEE_PAYER_MISSING, f"the transaction's fee payer must be {fee_payer}")
+    ixs = list(msg.instructions)
+    programs = [keys[ix.program_id_index] for ix in ixs]
+    accounts = [[keys[i] for i in bytes(ix.accounts)] for ix in ixs]
+    datas = [bytes(ix.data) for ix in ixs]
+    # Fee payer isolation (§2.1.1): named by no instruction, as program or account.
+    if any(fee_payer == p or fee_payer in a for p, a in zip(programs, accounts, strict=True)):
+        raise Refusal(Reason.FEE_PAYER_TRANSFERRING, "an instruction uses the fee payer's account")
     if msg.header.num_required_signatures != 2 or len(tx.signatures) != 2:
         raise Refusal(
             Reason.INVALID_PAYLOAD,
             "exactly two signers: the fee payer and the token authority",
         )
-    ixs = list(msg.instructions)
     if not MIN_INSTRUCTIONS <= len(ixs) <= MAX_INSTRUCTIONS:
         raise Refusal(
             Reason.INSTRUCTIONS_LENGTH,
             f"{len(ixs)} instructions; {MIN_INSTRUCTIONS} to {MAX_INSTRUCTIONS} are accepted",
         )
-    programs = [keys[ix.program_id_index] for ix in ixs]
-    accounts = [[keys[i] for i in bytes(ix.accounts)] for ix in ixs]
-    datas = [bytes(ix.data) for ix in ixs]
 
     limit = _budget(programs[0], datas[0], SET_COMPUTE_UNIT_LIMIT, "<I", Reason.COMPUTE_LIMIT)
     if limit > MAX_COMPUTE_UNIT_LIMIT:
@@ -186,9 +189,6 @@ def _check(
                 _UNKNOWN_NTH[min(index, len(_UNKNOWN_NTH) - 1)],
                 f"instruction {index + 4} (program {program_id}) is neither a memo nor Lighthouse",
             )
-    # Fee payer isolation (§2.1.1): named by no instruction, as program or account.
-    if any(fee_payer == p or fee_payer in a for p, a in zip(programs, accounts, strict=True)):
-        raise Refusal(Reason.FEE_PAYER_TRANSFERRING, "an instruction uses the fee payer's account")
 
     source, mint, destination, authority = transfer_accounts
     optional = zip(programs[3:], datas[3:], strict=True)

@@ -15,8 +15,9 @@ request or instance or by /authorize, fails `duplicate_settlement`. docs/adr/001
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import ValidationError
 from solders.transaction import VersionedTransaction
 
 from svcpay.facilitator.settlement import SCHEME_X402, SettlementError, Settler
@@ -33,11 +34,12 @@ from svcpay.schemes.x402_exact.wire import (
     SettleResponse,
     Supported,
     SupportedKind,
-    VerifyRequest,
     VerifyResponse,
+    Wire,
     caip2_or_none,
     parse,
     svcpay_network,
+    x402_version_of,
 )
 
 MAX_AMOUNT = 2**63 - 1  # the store holds amounts as i64
@@ -51,6 +53,36 @@ _REASONS = {
     "SettlementFailed": Reason.TRANSACTION_FAILED,
     "SettlementPending": Reason.SETTLEMENT_PENDING,
 }
+
+
+class PayloadV2(Wire):
+    """A v2 paymentPayload as a request must carry it: a PaymentPayload object of its
+    version. Its contents are judged as a payment: a malformed one is refused with 200 and
+    invalid_exact_svm_payload (the client's fault, not the resource server's)."""
+
+    x402_version: Literal[2]
+
+
+class PayloadV1(Wire):
+    """A v1 paymentPayload (PaymentPayloadV1), judged as PayloadV2 is."""
+
+    x402_version: Literal[1]
+
+
+class RequestV2(Wire):
+    """A v2 `/verify` or `/settle` body; anything else is a 400."""
+
+    x402_version: Literal[2]
+    payment_payload: PayloadV2
+    payment_requirements: Requirements
+
+
+class RequestV1(Wire):
+    """A v1 `/verify` or `/settle` body; anything else is a 400."""
+
+    x402_version: Literal[1]
+    payment_payload: PayloadV1
+    payment_requirements: RequirementsV1
 
 
 class BadRequest(Exception):
@@ -92,23 +124,31 @@ class Checked:
 
 
 def parse_request(body: dict[str, Any]) -> Request:
-    """The request in `body`; BadRequest when it is not one (the payload itself is judged
-    later, as a payment: a malformed payload is the client's, not the server's, fault)."""
+    """The request in `body`, validated strictly (no coercion: what the OpenAPI document
+    refuses is refused); BadRequest naming the first defect. The payload itself is judged
+    later, as a payment."""
+    version = x402_version_of(body)
+    model: type[RequestV2 | RequestV1]
+    if version == 2:
+        model = RequestV2
+    elif version == 1:
+        model = RequestV1
+    else:
+        raise BadRequest("x402Version must be 1 or 2")
     try:
-        request = parse(VerifyRequest, body)
-        if request.x402_version == 2:
-            requirements = parse(Requirements, request.payment_requirements)
-        else:
-            requirements = parse(RequirementsV1, request.payment_requirements).as_v2()
-    except ProtocolError as e:
-        raise BadRequest(e.reason) from e
-    if request.payment_payload.get("x402Version") != request.x402_version:
-        raise BadRequest("paymentPayload.x402Version must equal x402Version")
+        request = model.model_validate(body, strict=True)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise BadRequest(f"{where}: {first['msg'].removeprefix('Value error, ')}") from e
+    requirements = (
+        request.payment_requirements.as_v2()
+        if isinstance(request, RequestV1)
+        else request.payment_requirements
+    )
     if int(requirements.amount) > MAX_AMOUNT:
         raise BadRequest(f"paymentRequirements: amount above {MAX_AMOUNT}")
-    return Request(
-        request.x402_version, requirements.network, requirements, request.payment_payload
-    )
+    return Request(version, requirements.network, requirements, body["paymentPayload"])
 
 
 class X402Facilitator:

@@ -59,6 +59,7 @@ SEMANTIC = {
     "POST /v1/webhooks",
     "POST /authorize",
     "POST /verify",
+    "POST /settle",
     "POST /v1/usage",
     "GET /v1/analytics",
     "GET /v1/analytics/chart.png",
@@ -195,6 +196,7 @@ def test_the_document_is_openapi_3_1_and_covers_every_route() -> None:
     assert set(doc["paths"]) == {
         "/authorize",
         "/verify",
+        "/settle",
         "/supported",
         "/health",
         "/openapi.json",
@@ -305,7 +307,7 @@ async def test_routes_match_the_document(target: ProviderApp) -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("path", ["/authorize", "/verify", "/v1/usage", "/v1/webhooks"])
+@pytest.mark.parametrize("path", ["/authorize", "/verify", "/settle", "/v1/usage", "/v1/webhooks"])
 async def test_a_huge_body_is_refused_unread(
     http: httpx.AsyncClient, target: ProviderApp, path: str
 ) -> None:

@@ -67,6 +67,7 @@ from svcpay.protocol.headers import NETWORK_MAINNET, SCHEME_EXACT, X_PAYMENT, X_
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.proof import parse_payment_proof
 from svcpay.protocol.replay import SqliteReplayStore
+from svcpay.schemes.x402_exact.wire import svcpay_network
 
 DATA_PRICE = to_base_units("0.50")  # 500000 base units of a 6-decimal mint
 PROCESS_PRICE = to_base_units("0.10")  # per POST /v1/process, from the allowance
@@ -201,7 +202,7 @@ def create_app(settings: Settings) -> FastAPI:
 # -- startup reads and checks -------------------------------------------------------------
 def fetch_facilitator_key(settings: Settings, http: httpx.Client | None = None) -> str:
     """The facilitator's proof-signing key, from its `GET /supported` (which must list
-    one-time payments on the configured network)."""
+    `exact` payments on the configured network, in x402's CAIP-2 or svcpay's name)."""
     url = settings.facilitator_url.rstrip("/") + "/supported"
     client = http or httpx.Client(timeout=10)
     try:
@@ -214,8 +215,14 @@ def fetch_facilitator_key(settings: Settings, http: httpx.Client | None = None) 
             client.close()
     if not isinstance(body, dict) or not isinstance(body.get("facilitatorKey"), str):
         raise ConfigError(f"{url} did not answer with a facilitatorKey")
-    kind = {"scheme": SCHEME_EXACT, "network": settings.network}
-    if kind not in (body.get("kinds") or []):
+    kinds = body.get("kinds")
+    if not any(
+        isinstance(k, dict)
+        and k.get("scheme") == SCHEME_EXACT
+        and isinstance(k.get("network"), str)
+        and (svcpay_network(k["network"]) or k["network"]) == settings.network
+        for k in (kinds if isinstance(kinds, list) else [])
+    ):
         raise ConfigError(f"the facilitator at {url} does not settle on {settings.network}")
     return _address(body["facilitatorKey"], f"{url} facilitatorKey")
 

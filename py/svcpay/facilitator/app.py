@@ -1,14 +1,16 @@
 """The facilitator's HTTP API (its OpenAPI schema is served at GET /openapi.json).
 
-Public: POST /authorize (settle a one-time payment, answer its proof), POST /verify,
-GET /supported (networks, schemes, and the key gates trust), GET /health.
+Public: POST /authorize (settle a one-time payment, answer its proof), POST /verify (an
+svcpay proof, or an x402 payment), POST /settle (x402), GET /supported (x402's kinds, and
+the key gates trust), GET /health. x402's /verify and /settle answer every payment with
+HTTP 200 and x402's reason strings (`svcpay.schemes.x402_exact.facilitator`).
 Providers (Authorization: Bearer <API key>): POST /v1/usage (metered usage; the facilitator
 signs deduct_allowance), GET /v1/events, webhook endpoints (GET/POST /v1/webhooks,
 DELETE /v1/webhooks/{id}, GET /v1/webhooks/{id}/deliveries), GET /v1/analytics and
 GET /v1/analytics/chart.png.
 
-Every error is `{"error": Name, "message": what to do}` with a 4xx status; hostile input
-never yields a 5xx.
+Every other error is `{"error": Name, "message": what to do}` with a 4xx status; hostile
+input never yields a 5xx.
 """
 
 from __future__ import annotations
@@ -39,9 +41,9 @@ from svcpay.facilitator.service import Facilitator
 from svcpay.facilitator.settlement import SettlementError
 from svcpay.facilitator.usage import MAX_AMOUNT, UsageError
 from svcpay.facilitator.webhooks import check_endpoint_url
-from svcpay.protocol.headers import SCHEME_EXACT
 from svcpay.protocol.models import PaymentOption, ProtocolError
 from svcpay.protocol.proof import PaymentProof
+from svcpay.schemes.x402_exact import facilitator as x402
 
 MAX_BODY = 64 * 1024
 # /health: below this the fee payer is "low" (about 200 transactions' fees at 5,000 lamports a
@@ -89,6 +91,13 @@ def parse_strict(model: type[M], data: Any) -> M:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
         raise ProtocolError(f"{where}: {first['msg'].removeprefix('Value error, ')}") from e
+
+
+def x402_request(body: dict[str, Any]) -> x402.Request:
+    try:
+        return x402.parse_request(body)
+    except x402.BadRequest as e:
+        raise BadRequest(e.message) from e
 
 
 def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlette:
@@ -141,9 +150,13 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
         return JSONResponse(proof.to_json_dict())
 
     async def verify(request: Request) -> Response:
-        """`{"proof": {...}}` -> `{"valid": bool, "reason": str}`: the proof is this
+        """An x402 request (a body with `x402Version`) -> x402's VerifyResponse; svcpay's
+        `{"proof": {...}}` -> `{"valid": bool, "reason": str}`: the proof is this
         facilitator's, unexpired, and its transaction succeeded on chain."""
         body = await json_body(request)
+        if "x402Version" in body:
+            verdict = await fac.x402.verify(x402_request(body))
+            return JSONResponse(verdict.to_json_dict())
         try:
             proof = parse_strict(PaymentProof, body.get("proof"))
         except ProtocolError as e:
@@ -151,10 +164,16 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
         reason = await fac.settler.check_proof(proof)
         return JSONResponse({"valid": reason is None, "reason": reason or ""})
 
+    async def settle(request: Request) -> Response:
+        """x402's settle: HTTP 200 with `success` and x402's reason for every payment."""
+        outcome = await fac.x402.settle(x402_request(await json_body(request)))
+        return JSONResponse(outcome.to_json_dict())
+
     async def supported(request: Request) -> Response:
+        """x402's SupportedResponse, with svcpay's own fields beside it."""
         return JSONResponse(
             {
-                "kinds": [{"scheme": SCHEME_EXACT, "network": fac.config.network}],
+                **fac.x402.supported().to_json_dict(),
                 "feePayer": fac.public_key,
                 "facilitatorKey": fac.public_key,
                 "eventTypes": list(EVENT_TYPES),
@@ -293,6 +312,7 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
         routes=[
             Route("/authorize", guarded(authorize), methods=["POST"]),
             Route("/verify", guarded(verify), methods=["POST"]),
+            Route("/settle", guarded(settle), methods=["POST"]),
             Route("/supported", supported),
             Route("/health", health),
             Route("/openapi.json", openapi),

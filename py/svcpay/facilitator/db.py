@@ -43,6 +43,8 @@ settlements = sa.Table(
     sa.Column("error", sa.Text),
     sa.Column("created_at", sa.BigInteger, nullable=False),
     sa.Column("settled_at", sa.BigInteger),
+    # svcpay (/authorize) | x402-exact (/settle); migration 0003
+    sa.Column("scheme", sa.String(16), nullable=False, server_default="svcpay"),
 )
 
 providers = sa.Table(

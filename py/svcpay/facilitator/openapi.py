@@ -12,9 +12,20 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
+
 from svcpay.facilitator.lifecycle import EVENT_TYPES
 from svcpay.facilitator.usage import MAX_AMOUNT as MAX_USAGE_AMOUNT
 from svcpay.protocol.headers import PROTOCOL_VERSION, SCHEME_EXACT
+from svcpay.schemes.x402_exact.facilitator import RequestV1, RequestV2
+from svcpay.schemes.x402_exact.wire import (
+    PaymentPayload,
+    PaymentPayloadV1,
+    SettleResponse,
+    Supported,
+    VerifyResponse,
+)
 
 JSON = "application/json"
 Schema = dict[str, Any]
@@ -107,6 +118,26 @@ RANGE = [
         {"type": "string", "pattern": RANGE_BOUND},
     ),
 ]
+
+
+# x402's objects, generated from the pydantic models the handlers use (requests as they are
+# validated, answers as they are serialized), named X402<Model> among the components.
+X402_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
+    (RequestV2, "validation"),
+    (RequestV1, "validation"),
+    (PaymentPayload, "validation"),  # what paymentPayload holds, judged as a payment
+    (PaymentPayloadV1, "validation"),
+    (VerifyResponse, "serialization"),
+    (SettleResponse, "serialization"),
+    (Supported, "serialization"),
+]
+
+
+def generated(models: list[tuple[type[BaseModel], JsonSchemaMode]], prefix: str) -> Schema:
+    """JSON Schemas of `models` and of every model they use, keyed `prefix` + class name,
+    their $refs pointing into the document's components."""
+    _, top = models_json_schema(models, ref_template=f"#/components/schemas/{prefix}{{model}}")
+    return {f"{prefix}{name}": s for name, s in top.get("$defs", {}).items()}
 
 
 def _components() -> Schema:
@@ -233,6 +264,7 @@ def _components() -> Schema:
         ),
     }
     schemas["AnalyticsReport"] = _analytics_report()
+    schemas.update(generated(X402_MODELS, "X402"))
     responses: Schema = {
         "InvalidRequest": error(
             "InvalidRequest: the body is not a JSON object, a field is missing or malformed, "
@@ -352,21 +384,29 @@ def _public_paths() -> Schema:
         ["signedPayment", "paymentRequirements"],
     )
     verify_body = obj({"proof": ref("PaymentProof")}, ["proof"])
-    supported = obj(
-        {
-            "kinds": {
-                "type": "array",
-                "items": obj(
-                    {"scheme": {"type": "string"}, "network": {"type": "string"}},
-                    ["scheme", "network"],
-                ),
-            },
-            "feePayer": ref("Address"),
-            "facilitatorKey": ref("Address"),
-            "eventTypes": {"type": "array", "items": {"type": "string"}},
-        },
-        ["kinds", "feePayer", "facilitatorKey", "eventTypes"],
-    )
+    supported = {
+        "allOf": [
+            ref("X402Supported"),
+            obj(
+                {
+                    "feePayer": ref("Address"),
+                    "facilitatorKey": ref("Address"),
+                    "eventTypes": {"type": "array", "items": {"type": "string"}},
+                },
+                ["feePayer", "facilitatorKey", "eventTypes"],
+            ),
+        ],
+        "description": "x402's SupportedResponse (an `exact` kind per wire version) and "
+        "svcpay's fields: the fee payer, the key that signs proofs, the webhook event types",
+    }
+    x402_body = {"anyOf": [ref("X402RequestV2"), ref("X402RequestV1")]}
+    x402_errors = {
+        "400": error(
+            "InvalidRequest: not an x402 request (x402Version 1 or 2, paymentPayload and "
+            "well-formed paymentRequirements); every payment itself is answered with 200"
+        ),
+        "413": shared("RequestTooLarge"),
+    }
     return {
         "/authorize": {
             "post": {
@@ -402,17 +442,46 @@ def _public_paths() -> Schema:
             "post": {
                 "operationId": "verify",
                 "tags": ["payments"],
-                "summary": "Check a proof: this facilitator's, unexpired, settled on chain",
-                "requestBody": body(verify_body, "the proof to check"),
+                "summary": "Check an svcpay proof, or verify an x402 payment (by the body)",
+                "description": "A body with `x402Version` is x402's verify: every check "
+                "/settle makes and a simulation, answered with 200 and x402's reason. "
+                "Otherwise the proof is checked: this facilitator's, unexpired, settled.",
+                "requestBody": body(
+                    {"anyOf": [verify_body, x402_body["anyOf"][0], x402_body["anyOf"][1]]},
+                    "the proof to check, or an x402 payment and its requirements",
+                ),
                 "responses": {
                     "200": ok(
                         "the verdict",
-                        obj(
-                            {"valid": {"type": "boolean"}, "reason": {"type": "string"}},
-                            ["valid", "reason"],
-                        ),
+                        {
+                            "anyOf": [
+                                obj(
+                                    {"valid": {"type": "boolean"}, "reason": {"type": "string"}},
+                                    ["valid", "reason"],
+                                ),
+                                ref("X402VerifyResponse"),
+                            ]
+                        },
                     ),
                     **BODY_ERRORS,
+                },
+            }
+        },
+        "/settle": {
+            "post": {
+                "operationId": "settle",
+                "tags": ["payments"],
+                "summary": "Settle an x402 `exact` payment (v1 or v2)",
+                "description": "Checks, simulates, co-signs as fee payer, sends and confirms. "
+                "A transaction settled before (by any request, instance, or /authorize) "
+                "fails with duplicate_settlement; concurrent duplicates settle once.",
+                "requestBody": body(x402_body, "the payment and its requirements"),
+                "responses": {
+                    "200": ok(
+                        "the outcome: success, or errorReason (x402's reason string)",
+                        ref("X402SettleResponse"),
+                    ),
+                    **x402_errors,
                 },
             }
         },

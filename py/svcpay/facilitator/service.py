@@ -1,10 +1,11 @@
 """The facilitator as a running service: its parts wired together, and its background work.
 
 `Facilitator(config)` opens the database (upgrading its schema), the RPC connection, and
-builds the settler, the usage reporter and the webhook deliverer. `run_background(stop)`
-runs, until `stop` is set: webhook delivery, the billing crank, and the chain indexer
-(program events -> lifecycle events), each on its own interval and each surviving its own
-errors. On start, settlements and usage reports interrupted by a crash are recovered.
+builds the settler (and x402's /verify and /settle over it), the usage reporter and the
+webhook deliverer. `run_background(stop)` runs, until `stop` is set: webhook delivery, the
+billing crank, and the chain indexer (program events -> lifecycle events), each on its own
+interval and each surviving its own errors. On start, settlements and usage reports
+interrupted by a crash are recovered.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from svcpay.facilitator.store import Store
 from svcpay.facilitator.usage import UsageReporter
 from svcpay.facilitator.webhooks import Deliverer, host_of
 from svcpay.program.client import BillingClient
+from svcpay.schemes.x402_exact.facilitator import X402Facilitator
 
 log = logging.getLogger("svcpay.facilitator")
 RECOVERY_INTERVAL_SECS = 30.0
@@ -48,6 +50,7 @@ class Facilitator:
             settle_unregistered=config.settle_unregistered,
             rate_limit=RateLimit(config.settle_rate_per_sec, config.settle_burst),
         )
+        self.x402 = X402Facilitator(self.settler, config.network)
         self.usage = UsageReporter(self.store, self.billing, self.keypair)
         self.deliverer = Deliverer(self.store, allow_local=config.webhook_allow_local)
         self.past_due_retry_secs = config.past_due_retry_secs

@@ -5,6 +5,9 @@ The client builds and signs (as token authority) a v0 transaction whose fee paye
 facilitator: compute-budget instructions (capped), one SPL Token `TransferChecked` of the
 exact amount of the terms' mint to `payTo`, and one memo instruction with the terms' memo.
 Anything else, or any use of the facilitator's key beyond paying the fee, is refused.
+
+`Settler.settle` is the durable send-and-confirm path; x402's `/settle`
+(`svcpay.schemes.x402_exact.facilitator`) checks by its own rules and settles through it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import struct
 import time
 from typing import Any
 
+from solana.exceptions import SolanaRpcException
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solana.rpc.core import (
@@ -43,6 +47,11 @@ TRANSFER_CHECKED = 12
 # lamports of priority fee (50,000 lamports). The transfer and the memo need about 10,000.
 MAX_COMPUTE_UNIT_LIMIT = 50_000
 MAX_COMPUTE_UNIT_PRICE = 1_000_000  # micro-lamports per compute unit
+SCHEME_SVCPAY = "svcpay"  # settled by /authorize
+SCHEME_X402 = "x402-exact"  # settled by x402's /settle
+# A settlement still "sending" this long after it was stored has no live request on it (a
+# request waits at most 90 s for confirmation): recovery and x402 retries may take it over.
+ABANDONED_AFTER_SECS = 120
 
 
 class SettlementError(Exception):
@@ -84,7 +93,8 @@ class Settler:
     """Settles one-time payments, durably: the co-signed transaction is stored before it is
     sent, and its proof once it is confirmed. The same transaction submitted again (also
     racing, on another instance sharing the database, or after a restart) is never sent as
-    a new payment (its signature is its identity on chain) and yields the same proof."""
+    a new payment (its signature is its identity on chain). svcpay's /authorize answers a
+    repeat with the same proof; x402's /settle (`exclusive`) refuses it (docs/adr/0019)."""
 
     def __init__(
         self,
@@ -121,54 +131,121 @@ class Settler:
             raise SettlementError(
                 "InvalidTransaction", "the transaction names accounts or signatures it lacks"
             ) from e
-        wait = self.rate_limit.take(str(payer))
+        await self.admit(str(payer), option.pay_to)
+        record = {
+            "payer": str(payer),
+            "pay_to": option.pay_to,
+            "token": option.token,
+            "amount": int(option.amount),
+            "memo": option.memo or "",
+        }
+        row, _ = await self.settle(self.cosign(tx), record, scheme=SCHEME_SVCPAY)
+        if row["scheme"] != SCHEME_SVCPAY:
+            raise SettlementError(
+                "AlreadySettled",
+                "this transaction was settled through x402's /settle; it pays for that, once",
+                409,
+            )
+        return PaymentProof.model_validate_json(row["proof"])
+
+    async def admit(self, payer: str, pay_to: str) -> None:
+        """The facilitator's policy before it pays any fee: `payer` within its rate, and
+        `pay_to` (a token account) registered by a provider unless settle_unregistered."""
+        wait = self.rate_limit.take(payer)
         if wait:
             raise SettlementError(
-                "RateLimited",
-                f"too many payments from {payer}; retry in {wait:.1f} s",
-                429,
+                "RateLimited", f"too many payments from {payer}; retry in {wait:.1f} s", 429
             )
-        if not self.settle_unregistered and await self.store.resource_owner(option.pay_to) is None:
+        if not self.settle_unregistered and not await self.registered(pay_to):
             raise SettlementError(
                 "UnknownPayTo",
-                f"payTo {option.pay_to} is not registered with this facilitator: its provider "
+                f"payTo {pay_to} is not registered with this facilitator: its provider "
                 "registers it (`svcpay facilitator provider add PROVIDER --pay-to ...`)",
                 403,
             )
-        message_bytes = to_bytes_versioned(tx.message)
+
+    async def registered(self, pay_to: str) -> bool:
+        return self.settle_unregistered or await self.store.resource_owner(pay_to) is not None
+
+    def cosign(self, tx: VersionedTransaction) -> VersionedTransaction:
+        """`tx` with the fee payer's signature in slot 0 (deterministic: ed25519), so one
+        message always yields one signature, its identity on chain and in the store."""
         signatures = list(tx.signatures)
-        signatures[0] = self.fee_payer.sign_message(message_bytes)  # deterministic (ed25519)
-        signed = VersionedTransaction.populate(tx.message, signatures)
-        key = str(signatures[0])
+        signatures[0] = self.fee_payer.sign_message(to_bytes_versioned(tx.message))
+        return VersionedTransaction.populate(tx.message, signatures)
+
+    async def simulate(self, signed: VersionedTransaction) -> None:
+        """Runs `signed` (co-signed, so a node that checks signatures anyway accepts it)
+        without committing it; SettlementError SimulationFailed when it would fail."""
+        try:
+            reply = await self.rpc.simulate_transaction(
+                signed, sig_verify=False, commitment=Confirmed, replace_recent_blockhash=False
+            )
+        except RPCException as e:
+            raise SettlementError("SimulationFailed", f"simulation refused: {e}", 422) from e
+        except SolanaRpcException as e:
+            raise SettlementError("Unavailable", "the RPC node did not answer", 503) from e
+        if reply.value.err is not None:
+            logs = " | ".join((reply.value.logs or [])[-3:])
+            raise SettlementError(
+                "SimulationFailed", f"simulation failed: {reply.value.err} {logs}"[:400], 422
+            )
+
+    async def settle(
+        self,
+        signed: VersionedTransaction,
+        record: dict[str, Any],
+        *,
+        scheme: str,
+        exclusive: bool = False,
+        simulate: bool = False,
+    ) -> tuple[dict[str, Any], bool]:
+        """The durable path both schemes share: stores the co-signed transaction, sends it
+        unless the cluster knows it already, waits for confirmation and records the proof
+        and the payment event. Returns the settlement's row and whether this call recorded
+        it settled (of any number of calls with one transaction, exactly one does).
+
+        Args:
+            signed: the checked, co-signed transaction.
+            record: payer, pay_to (token account), token, amount (base units), memo.
+            scheme: SCHEME_SVCPAY or SCHEME_X402; a row of the other scheme is returned
+                untouched (one transaction pays through one scheme).
+            exclusive: a row that another live request is settling is returned untouched
+                (x402: the caller answers duplicate_settlement instead of waiting).
+            simulate: simulate before the first send (a failure forgets the row).
+        """
+        sig = signed.signatures[0]
+        key = str(sig)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             try:
-                row = await self.store.begin_settlement(
+                row, created = await self.store.begin_settlement(
                     {
+                        **record,
                         "signature": key,
                         "network": self.network,
-                        "payer": str(payer),
-                        "pay_to": option.pay_to,
-                        "token": option.token,
-                        "amount": int(option.amount),
-                        "memo": option.memo or "",
                         "transaction": base64.b64encode(bytes(signed)).decode(),
                         "status": "sending",
                         "issued_at": 0,
                         "created_at": int(time.time()),
+                        "scheme": scheme,
                     }
                 )
-                if row["status"] == "settled":
-                    return PaymentProof.model_validate_json(row["proof"])
+                if row["status"] == "settled" or row["scheme"] != scheme:
+                    return row, False
+                if exclusive and not created and not _abandoned(row):
+                    return row, False  # another instance is sending it now
                 try:
-                    if await self._landed(signatures[0]) is None:
+                    if created and simulate:
+                        await self.simulate(signed)
+                    if await self._landed(sig) is None:
                         await self._send(signed)
                 except SettlementError as e:
                     if e.name == "SettlementPending":
                         raise
                     # Another request or instance may have landed this very transaction
                     # (ours then fails as a duplicate): look before forgetting it.
-                    if await self._landed_quietly(signatures[0]):
+                    if await self._landed_quietly(sig):
                         return await self._finish(row)
                     await self.store.forget_settlement(key)  # nothing was paid
                     raise
@@ -178,12 +255,15 @@ class Settler:
                 # the chain (one signature, one transaction) are what make this safe.
                 self._locks.pop(key, None)
 
-    async def recover(self) -> int:
+    async def recover(self, older_than_secs: int = ABANDONED_AFTER_SECS) -> int:
         """After a restart: finishes the settlements that were sent but not recorded as
-        settled (their events fire), forgets those that never landed. Returns how many
-        were finished."""
+        settled (their events fire), forgets those that never landed. Rows younger than
+        `older_than_secs` may still have a live request on them and are left to it.
+        Returns how many were finished."""
         finished = 0
         for row in await self.store.pending_settlements():
+            if row["created_at"] > time.time() - older_than_secs:
+                continue
             try:
                 landed = await self._landed(Signature.from_string(row["signature"]))
             except SettlementError:  # it failed on chain: nothing was paid
@@ -210,7 +290,7 @@ class Settler:
             raise SettlementError("SettlementFailed", "the transaction failed on chain", 422)
         return landed
 
-    async def _finish(self, row: dict[str, Any]) -> PaymentProof:
+    async def _finish(self, row: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         now = int(time.time())
         proof = PaymentProof(
             network=row["network"],
@@ -240,10 +320,10 @@ class Settler:
             mode="one-time",
             amount=int(row["amount"]),
         )
-        stored = await self.store.finish_settlement(
+        stored, won = await self.store.finish_settlement(
             row["signature"], proof.model_dump_json(), event
         )
-        return PaymentProof.model_validate_json(stored)
+        return {**row, "status": "settled", "proof": stored}, won
 
     async def check_proof(self, proof: PaymentProof) -> str | None:
         """None if `proof` is one this facilitator signed, unexpired, for a transaction that
@@ -392,3 +472,7 @@ def _check_budget(data: bytes) -> int:
     raise SettlementError(
         "InvalidTransaction", "only compute unit limit and price instructions are allowed"
     )
+
+
+def _abandoned(row: dict[str, Any]) -> bool:
+    return int(row["created_at"]) < time.time() - ABANDONED_AFTER_SECS

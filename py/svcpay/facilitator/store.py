@@ -144,22 +144,40 @@ class Store:
         return (postgresql.insert if self.dialect == "postgresql" else sqlite.insert)(table)
 
     # -- settlements -----------------------------------------------------------------------
-    async def begin_settlement(self, row: dict[str, Any]) -> dict[str, Any]:
+    async def begin_settlement(self, row: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """Stores a settlement about to be sent, unless one exists for its signature; returns
-        the stored row (this one, or the earlier one with its original issue time)."""
-        stmt = self._insert(settlements).values(**row).on_conflict_do_nothing()
+        the stored row (this one, or the earlier one with its original issue time) and
+        whether this call stored it. The database is the arbiter: of requests racing with
+        one transaction, on any instance, exactly one stores it."""
+        stmt = (
+            self._insert(settlements)
+            .values(**row)
+            .on_conflict_do_nothing()
+            .returning(settlements.c.signature)
+        )
         async with self.engine.begin() as conn:
-            await conn.execute(stmt)
+            created = (await conn.execute(stmt)).first() is not None
             got = (
                 await conn.execute(
                     sa.select(settlements).where(settlements.c.signature == row["signature"])
                 )
             ).one()
-        return dict(got._mapping)
+        return _amount_int(dict(got._mapping)), created
 
-    async def finish_settlement(self, signature: str, proof: str, event: Event) -> str:
+    async def settlement(self, signature: str) -> dict[str, Any] | None:
+        """The settlement of the transaction whose first signature is `signature`, if any."""
+        async with self.engine.connect() as conn:
+            got = (
+                await conn.execute(
+                    sa.select(settlements).where(settlements.c.signature == signature)
+                )
+            ).one_or_none()
+        return _amount_int(dict(got._mapping)) if got else None
+
+    async def finish_settlement(self, signature: str, proof: str, event: Event) -> tuple[str, bool]:
         """Records the settlement's proof and its event, unless another request or instance
-        did first; returns the stored proof (the first one, so every answer is the same)."""
+        did first; returns the stored proof (the first one, so every answer is the same) and
+        whether this call recorded it (exactly one call does)."""
         async with self.engine.begin() as conn:
             res = await conn.execute(
                 settlements.update()
@@ -173,7 +191,7 @@ class Store:
             )
         if stored is None:
             raise LookupError(f"settlement {signature} vanished")
-        return str(stored)
+        return str(stored), bool(res.rowcount)
 
     async def forget_settlement(self, signature: str) -> None:
         """Drops a settlement that definitely did not land (refused in simulation), so the

@@ -94,6 +94,9 @@ class Reason:
     SIMULATION_FAILED = "transaction_simulation_failed"
     DUPLICATE_SETTLEMENT = "duplicate_settlement"
     UNEXPECTED_SETTLE_ERROR = "unexpected_settle_error"
+    FEE_PAYER_NOT_MANAGED = "fee_payer_not_managed_by_facilitator"
+    SETTLEMENT_PENDING = "settlement_pending"  # sent, not yet confirmed: settle again
+    TRANSACTION_FAILED = "transaction_failed"
     # svcpay's own, for policy refusals x402 has no string for
     PAY_TO_NOT_REGISTERED = "pay_to_not_registered"
     RATE_LIMITED = "rate_limited"

@@ -1,0 +1,239 @@
+"""x402 `exact` on Solana: what a payment transaction must look like, as pure functions over
+solders transactions (x402-foundation/x402 `specs/schemes/exact/scheme_exact_svm.md` §2 and
+§3.1, the "static layout" path). The facilitator applies `check_payment` before it co-signs;
+the client side builds transactions that pass it.
+
+Layout, in this order (3 to 7 instructions):
+    0  ComputeBudget SetComputeUnitLimit   <= MAX_COMPUTE_UNIT_LIMIT
+    1  ComputeBudget SetComputeUnitPrice   <= MAX_COMPUTE_UNIT_PRICE, and limit * price
+                                              within MAX_PRIORITY_FEE_LAMPORTS
+    2  TransferChecked (SPL Token or Token-2022) of `asset` to ATA(payTo, asset), at least
+       the amount, its authority a signer other than the fee payer
+    3+ Memo or Lighthouse instructions only
+Lighthouse (`L2TE...S95`) instructions are accepted: Phantom and Solflare inject up to three
+of these assertions into every transaction they sign (they can only make it fail, never move
+funds), and x402's policy accepts them; the fee-payer isolation rule still applies to them.
+The fee payer (the facilitator) is the transaction's fee payer and appears in no
+instruction, so its signature authorizes nothing but the fee; exactly two signatures are
+required (fee payer and token authority); address lookup tables are refused (every account
+must be visible to these checks). docs/adr/0019.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import struct
+from dataclasses import dataclass
+
+from solders.message import to_bytes_versioned
+from solders.pubkey import Pubkey
+from solders.transaction import VersionedTransaction
+
+from svcpay.schemes.x402_exact.wire import Reason
+
+COMPUTE_BUDGET = Pubkey.from_string("ComputeBudget111111111111111111111111111111")
+TOKEN_PROGRAM = Pubkey.from_string("TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA")
+TOKEN_2022_PROGRAM = Pubkey.from_string("TokenzQdBNbLqP5VEhdkAS6EPFLC1PHnBqCXEpPxuEb")
+ASSOCIATED_TOKEN_PROGRAM = Pubkey.from_string("ATokenGPvbdGVxr1b2hvZbsiqW5xWH25efTNsLJA8knL")
+MEMO_PROGRAM = Pubkey.from_string("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr")
+LIGHTHOUSE_PROGRAM = Pubkey.from_string("L2TExMFKdjpN9kozasaurPirfHy9P8sbXoAN1qA3S95")
+TOKEN_PROGRAMS = (TOKEN_PROGRAM, TOKEN_2022_PROGRAM)
+OPTIONAL_PROGRAMS = (MEMO_PROGRAM, LIGHTHOUSE_PROGRAM)
+
+SET_COMPUTE_UNIT_LIMIT = 2
+SET_COMPUTE_UNIT_PRICE = 3
+TRANSFER_CHECKED = 12
+MIN_INSTRUCTIONS = 3
+# Budget, price, transfer, then up to three Lighthouse assertions (Phantom) and a memo.
+MAX_INSTRUCTIONS = 7
+# x402's cap on the price (5 lamports a compute unit); the limit is capped with room for
+# the transfer, a memo and wallet-injected assertions (about 20,000 units in all), and their
+# product bounded as svcpay's /authorize bounds it: at most 50,000 lamports of priority fee
+# per payment, whatever the split.
+MAX_COMPUTE_UNIT_PRICE = 5_000_000  # micro-lamports per compute unit
+MAX_COMPUTE_UNIT_LIMIT = 200_000
+MAX_PRIORITY_FEE_LAMPORTS = 50_000
+MAX_TRANSACTION_BASE64 = 1_644 * 2  # a packet is 1,232 bytes; room for padding and slack
+
+_UNKNOWN_NTH = (Reason.UNKNOWN_FOURTH, Reason.UNKNOWN_FIFTH, Reason.UNKNOWN_SIXTH)
+
+
+class Refusal(Exception):
+    """The transaction does not pay as `exact` requires: `reason` is x402's string."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason, self.message = reason, message
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """The payment a checked transaction makes."""
+
+    token_program: Pubkey
+    source: Pubkey
+    mint: Pubkey
+    destination: Pubkey
+    authority: Pubkey  # the payer: the token account's owner, who signed
+    amount: int  # base units
+    decimals: int
+    memos: tuple[str, ...]
+    compute_unit_limit: int
+    compute_unit_price: int  # micro-lamports per unit
+
+
+def associated_token_address(owner: Pubkey, mint: Pubkey, token_program: Pubkey) -> Pubkey:
+    """ATA(owner, mint) under `token_program` (Token or Token-2022)."""
+    seeds = [bytes(owner), bytes(token_program), bytes(mint)]
+    return Pubkey.find_program_address(seeds, ASSOCIATED_TOKEN_PROGRAM)[0]
+
+
+def priority_fee_lamports(limit: int, price: int) -> int:
+    """What the compute-unit price costs the fee payer at most, rounded up."""
+    return -(-limit * price // 1_000_000)
+
+
+def decode_transaction(payload: str) -> VersionedTransaction:
+    """The base64 transaction of a payment payload; Refusal when it is none."""
+    if len(payload) > MAX_TRANSACTION_BASE64:
+        raise Refusal(Reason.UNDECODABLE, "the transaction is larger than a packet")
+    try:
+        return VersionedTransaction.from_bytes(base64.b64decode(payload, validate=True))
+    except (binascii.Error, ValueError, TypeError) as e:
+        raise Refusal(Reason.UNDECODABLE, f"not a base64 Solana transaction: {e}") from e
+
+
+def check_payment(
+    tx: VersionedTransaction,
+    *,
+    fee_payer: Pubkey,
+    asset: str,
+    pay_to: str,
+    amount: int,
+    memo: str | None = None,
+) -> Transfer:
+    """The transfer `tx` makes, if it pays at least `amount` of `asset` to ATA(`pay_to`) by
+    the layout above with `fee_payer` as the sponsor; Refusal with x402's reason otherwise.
+
+    Args:
+        tx: the client-signed transaction (the fee payer's signature slot still empty).
+        fee_payer: the sponsor's address (extra.feePayer, already known to be ours).
+        asset, pay_to, amount: the requirements' mint, wallet and base units.
+        memo: extra.memo: when given, exactly one memo instruction must carry it.
+    """
+    try:
+        return _check(tx, fee_payer, asset, pay_to, amount, memo)
+    except IndexError as e:  # an index past the accounts the message carries
+        raise Refusal(Reason.INVALID_PAYLOAD, "an instruction names accounts it lacks") from e
+
+
+def _check(
+    tx: VersionedTransaction,
+    fee_payer: Pubkey,
+    asset: str,
+    pay_to: str,
+    amount: int,
+    memo: str | None,
+) -> Transfer:
+    msg = tx.message
+    keys = list(msg.account_keys)
+    if getattr(msg, "address_table_lookups", None):
+        raise Refusal(Reason.INVALID_PAYLOAD, "address lookup tables are not accepted")
+    if not keys or keys[0] != fee_payer:
+        raise Refusal(Reason.FEE_PAYER_MISSING, f"the transaction's fee payer must be {fee_payer}")
+    ixs = list(msg.instructions)
+    programs = [keys[ix.program_id_index] for ix in ixs]
+    accounts = [[keys[i] for i in bytes(ix.accounts)] for ix in ixs]
+    datas = [bytes(ix.data) for ix in ixs]
+    # Fee payer isolation (§2.1.1): named by no instruction, as program or account.
+    if any(fee_payer == p or fee_payer in a for p, a in zip(programs, accounts, strict=True)):
+        raise Refusal(Reason.FEE_PAYER_TRANSFERRING, "an instruction uses the fee payer's account")
+    if msg.header.num_required_signatures != 2 or len(tx.signatures) != 2:
+        raise Refusal(
+            Reason.INVALID_PAYLOAD,
+            "exactly two signers: the fee payer and the token authority",
+        )
+    if not MIN_INSTRUCTIONS <= len(ixs) <= MAX_INSTRUCTIONS:
+        raise Refusal(
+            Reason.INSTRUCTIONS_LENGTH,
+            f"{len(ixs)} instructions; {MIN_INSTRUCTIONS} to {MAX_INSTRUCTIONS} are accepted",
+        )
+
+    limit = _budget(programs[0], datas[0], SET_COMPUTE_UNIT_LIMIT, "<I", Reason.COMPUTE_LIMIT)
+    if limit > MAX_COMPUTE_UNIT_LIMIT:
+        raise Refusal(Reason.COMPUTE_LIMIT, f"compute unit limit above {MAX_COMPUTE_UNIT_LIMIT}")
+    price = _budget(programs[1], datas[1], SET_COMPUTE_UNIT_PRICE, "<Q", Reason.COMPUTE_PRICE)
+    if price > MAX_COMPUTE_UNIT_PRICE:
+        raise Refusal(
+            Reason.COMPUTE_PRICE_TOO_HIGH,
+            f"compute unit price above {MAX_COMPUTE_UNIT_PRICE} micro-lamports",
+        )
+    if priority_fee_lamports(limit, price) > MAX_PRIORITY_FEE_LAMPORTS:
+        raise Refusal(
+            Reason.COMPUTE_PRICE_TOO_HIGH,
+            f"limit x price exceeds {MAX_PRIORITY_FEE_LAMPORTS} lamports of priority fee",
+        )
+
+    program, data, transfer_accounts = programs[2], datas[2], accounts[2]
+    if (
+        program not in TOKEN_PROGRAMS
+        or len(data) != 10
+        or data[0] != TRANSFER_CHECKED
+        or len(transfer_accounts) != 4
+    ):
+        raise Refusal(Reason.NO_TRANSFER, "the third instruction must be a TransferChecked")
+    for index, program_id in enumerate(programs[3:]):
+        if program_id not in OPTIONAL_PROGRAMS:
+            raise Refusal(
+                _UNKNOWN_NTH[min(index, len(_UNKNOWN_NTH) - 1)],
+                f"instruction {index + 4} (program {program_id}) is neither a memo nor Lighthouse",
+            )
+
+    source, mint, destination, authority = transfer_accounts
+    optional = zip(programs[3:], datas[3:], strict=True)
+    memos = tuple(d.decode("utf-8", "replace") for p, d in optional if p == MEMO_PROGRAM)
+    if memo is not None:
+        if len(memos) != 1:
+            raise Refusal(Reason.MEMO_COUNT, f"{len(memos)} memo instructions; exactly one")
+        if memos[0] != memo:
+            raise Refusal(Reason.MEMO_MISMATCH, "the memo is not the one the terms give")
+    if str(mint) != asset:
+        raise Refusal(Reason.MINT_MISMATCH, f"the transfer's mint is {mint}, not {asset}")
+    expected = associated_token_address(Pubkey.from_string(pay_to), mint, program)
+    if destination != expected:
+        raise Refusal(
+            Reason.RECIPIENT_MISMATCH,
+            f"the transfer goes to {destination}, not ATA(payTo, asset) = {expected}",
+        )
+    paid = struct.unpack_from("<Q", data, 1)[0]
+    if paid < amount:
+        raise Refusal(
+            Reason.AMOUNT_INSUFFICIENT, f"the transfer pays {paid}, the price is {amount}"
+        )
+    signer = keys.index(authority)
+    if signer >= msg.header.num_required_signatures or not tx.signatures[signer].verify(
+        authority, to_bytes_versioned(msg)
+    ):
+        raise Refusal(Reason.INVALID_PAYLOAD, "the token authority's signature does not verify")
+    return Transfer(
+        token_program=program,
+        source=source,
+        mint=mint,
+        destination=destination,
+        authority=authority,
+        amount=paid,
+        decimals=data[9],
+        memos=memos,
+        compute_unit_limit=limit,
+        compute_unit_price=price,
+    )
+
+
+def _budget(program: Pubkey, data: bytes, kind: int, layout: str, reason: str) -> int:
+    size = struct.calcsize(layout)
+    if program != COMPUTE_BUDGET or len(data) != 1 + size or data[0] != kind:
+        what = "SetComputeUnitLimit" if kind == SET_COMPUTE_UNIT_LIMIT else "SetComputeUnitPrice"
+        position = "first" if kind == SET_COMPUTE_UNIT_LIMIT else "second"
+        raise Refusal(reason, f"the {position} instruction must be {what}")
+    return int(struct.unpack_from(layout, data, 1)[0])

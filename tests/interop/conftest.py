@@ -6,6 +6,7 @@ only mainnet's, devnet's and testnet's CAIP-2 ids)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -18,7 +19,6 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from svcpay.demo.children import Child, DemoFailed
-from svcpay.demo.walkthrough import child_env
 from svcpay.keys import save_keypair
 from svcpay.localnet.process import ROOT, Localnet
 from tests.support.billing import USDC, Billing, Plan
@@ -56,7 +56,9 @@ class Processes:
         self, name: str, argv: Sequence[str], ready: str, env: dict[str, str] | None = None
     ) -> str:
         """Runs `argv` and returns the URL in the line it prints when ready (`ready ...`)."""
-        child = Child(name, argv, child_env(env or {}), self.logs)
+        # Not the caller's SVCPAY_* settings: only what each service is given.
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("SVCPAY_")}
+        child = Child(name, argv, {**inherited, "PYTHONUNBUFFERED": "1", **(env or {})}, self.logs)
         self.children.append(child)
         try:
             line = child.wait_ready(ready, timeout=90)

@@ -20,6 +20,7 @@ from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.message import Message, MessageV0
 from solders.pubkey import Pubkey
+from solders.signature import Signature
 from solders.system_program import TransferParams, transfer
 from solders.transaction import VersionedTransaction
 
@@ -308,6 +309,40 @@ def test_preflight_and_simulation_read_finalized_unless_told(chain: Chain) -> No
         "sendTransaction", wire, {"encoding": "base64", "preflightCommitment": "confirmed"}
     )
     wait_confirmed(chain, sig)
+
+
+def test_signatures_are_checked_only_when_asked(chain: Chain) -> None:
+    """A transaction with the fee payer's signature still to come (how an x402 client hands
+    its payment to a facilitator) simulates without `sigVerify`; with it, or in a preflight,
+    the RPC refuses it before it runs, with -32003, as agave does."""
+    sponsor, owner = chain.funded_keypair(10**9), chain.funded_keypair(10**9)
+    ix = transfer(
+        TransferParams(from_pubkey=owner.pubkey(), to_pubkey=Pubkey.new_unique(), lamports=10**7)
+    )
+    msg = MessageV0.try_compile(sponsor.pubkey(), [ix], [], blockhash(chain, CONFIRMED))
+    owner_signature = owner.sign_message(bytes([0x80]) + bytes(msg))
+    partial = VersionedTransaction.populate(msg, [Signature.default(), owner_signature])
+    wire = base64.b64encode(bytes(partial)).decode()
+    for verify in ({}, {"sigVerify": False}):
+        config = {"encoding": "base64", **CONFIRMED, **verify}
+        simulated = chain.rpc("simulateTransaction", wire, config)["value"]
+        assert simulated["err"] is None and simulated["unitsConsumed"] > 0, verify
+
+    asked = {"encoding": "base64", "sigVerify": True, **CONFIRMED}
+    for method, config in (
+        ("simulateTransaction", asked),
+        ("sendTransaction", {"encoding": "base64", "preflightCommitment": "confirmed"}),
+    ):
+        with pytest.raises(RpcError) as refused:
+            chain.rpc(method, wire, config)
+        assert (refused.value.code, refused.value.message) == (
+            -32003,
+            "Transaction signature verification failure",
+        ), method
+
+    signed = VersionedTransaction(msg, [sponsor, owner])
+    full = base64.b64encode(bytes(signed)).decode()
+    assert chain.rpc("simulateTransaction", full, asked)["value"]["err"] is None
 
 
 def test_a_transaction_larger_than_a_packet_is_refused(chain: Chain) -> None:

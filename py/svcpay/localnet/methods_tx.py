@@ -22,6 +22,7 @@ from svcpay.localnet.rpc_errors import (
     FILTER_TRANSACTION_NOT_FOUND,
     INVALID_PARAMS,
     MIN_CONTEXT_SLOT_NOT_REACHED,
+    SIGNATURE_VERIFICATION_FAILED,
     SIMULATION_FAILED,
     UNSUPPORTED_TRANSACTION_VERSION,
     RpcError,
@@ -91,13 +92,16 @@ class TransactionMethods:
             raise RpcError(INVALID_PARAMS, f"invalid transaction: {e}") from e
 
     def rpc_simulateTransaction(self, params: list[Any]) -> dict[str, Any]:
-        """Runs the transaction against the bank of `commitment` (default finalized);
-        signatures are checked only with `sigVerify` (default false)."""
+        """Runs the transaction against the bank of `commitment` (default finalized).
+        Signatures are checked only with `sigVerify` (default false), before it runs, as
+        agave checks them: one that fails is -32003, not a simulation result. Without it, a
+        partly signed transaction (a fee payer's slot still empty) simulates."""
         tx, config = self._decode_tx(params)
         level = commitment(config)
         self._check_min_context_slot(config, self.node.slot_at(level))
-        sig_verify = config.get("sigVerify", False)
-        err, logs, units = self.node.simulate(tx, level, sig_verify=sig_verify is True)
+        if config.get("sigVerify", False) is True:
+            _verify_signatures(tx)
+        err, logs, units = self.node.simulate(tx, level)
         value = {
             "err": err,
             "logs": logs,
@@ -115,6 +119,7 @@ class TransactionMethods:
         if not config.get("skipPreflight", False):
             level = commitment(config, "preflightCommitment")
             self._check_min_context_slot(config, self.node.slot_at(level))
+            _verify_signatures(tx)
             err, logs, units = self.node.simulate(tx, level)
             if err is not None:
                 raise RpcError(
@@ -277,6 +282,12 @@ class TransactionMethods:
                 "Minimum context slot has not been reached",
                 {"contextSlot": slot},
             )
+
+
+def _verify_signatures(tx: VersionedTransaction) -> None:
+    """-32003 unless every signature verifies (agave's check before a simulation)."""
+    if not all(tx.verify_with_results()):
+        raise RpcError(SIGNATURE_VERIFICATION_FAILED, "Transaction signature verification failure")
 
 
 def _status(err: Any) -> dict[str, Any]:

@@ -327,10 +327,11 @@ class Node:
             del self.recent[next(iter(self.recent))]
 
     def simulate(
-        self, tx: VersionedTransaction, commitment: str = FINALIZED, sig_verify: bool = True
+        self, tx: VersionedTransaction, commitment: str = FINALIZED
     ) -> tuple[Any, list[str], int]:
         """(err JSON or None, logs, compute units) of running `tx` without committing it,
-        against the bank `commitment` reads (see the module's docstring)."""
+        against the bank `commitment` reads (see the module's docstring). Signatures are not
+        checked here: the RPC checks them first when asked to (sigVerify, preflight)."""
         self.tick()
         if not self.blockhash_is_valid(str(tx.message.recent_blockhash), commitment):
             return "BlockhashNotFound", [], 0
@@ -338,13 +339,11 @@ class Node:
         if seen is not None and self.visible(seen, commitment):
             return "AlreadyProcessed", [], 0
         restore = self._roll_back(tx.message) if commitment == FINALIZED else []
-        if not sig_verify:
-            self.svm.with_sigverify(False)
+        self.svm.with_sigverify(False)
         try:
             result = self.svm.simulate_transaction(tx)
         finally:
-            if not sig_verify:
-                self.svm.with_sigverify(True)
+            self.svm.with_sigverify(True)
             for address, account in restore:
                 self.svm.set_account(address, account)
         if hasattr(result, "err"):

@@ -1,0 +1,226 @@
+"""Fixtures of the cross-implementation tests: the PyPI x402 SDK's programs (x402_sdk/, run by
+the SDK's own environment from scripts/x402-sdk) and svcpay's services, each a process on a
+free port of the session's local validator, which they know as Solana devnet (the SDK accepts
+only mainnet's, devnet's and testnet's CAIP-2 ids)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from svcpay.demo.children import Child, DemoFailed
+from svcpay.keys import save_keypair
+from svcpay.localnet.process import ROOT, Localnet
+from tests.support.billing import USDC, Billing, Plan
+from tests.support.chain import Chain
+
+DEVNET = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1"  # the local validator, to the SDK
+SVCPAY_DEVNET = "solana-devnet"  # the same, as svcpay's services name it
+SDK_PROGRAMS = Path(__file__).parent / "x402_sdk"
+FINALITY_TIMEOUT = 60.0
+
+
+@pytest.fixture(scope="session")
+def sdk_python() -> str:
+    """The SDK environment's python (scripts/x402-sdk makes it once, then reuses it)."""
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "x402-sdk")], capture_output=True, text=True, timeout=600
+    )
+    python = done.stdout.strip()
+    if done.returncode != 0 or not Path(python).is_file():
+        pytest.fail(
+            "the x402 SDK's environment is missing and could not be made: run scripts/x402-sdk "
+            f"(it needs PyPI once)\n{done.stderr[-2000:]}"
+        )
+    return python
+
+
+class Processes:
+    """Services started for one test, each in its own process group with its output in
+    files; all stopped (SIGTERM, then SIGKILL) when the test ends."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs, self.children = logs, list[Child]()
+
+    def start(
+        self, name: str, argv: Sequence[str], ready: str, env: dict[str, str] | None = None
+    ) -> str:
+        """Runs `argv` and returns the URL in the line it prints when ready (`ready ...`)."""
+        # Not the caller's SVCPAY_* settings: only what each service is given.
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("SVCPAY_")}
+        child = Child(name, argv, {**inherited, "PYTHONUNBUFFERED": "1", **(env or {})}, self.logs)
+        self.children.append(child)
+        try:
+            line = child.wait_ready(ready, timeout=90)
+        except DemoFailed as e:
+            pytest.fail(f"{e}:\n{child.stderr_tail(40)}")
+        return next(word for word in line.split() if word.startswith("http://"))
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            child.stop(timeout=10)
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    running = Processes(tmp_path)
+    yield running
+    running.stop()
+
+
+@dataclass
+class Market:
+    """A seller paid in a fresh 6-decimal mint, a buyer holding some, a fee payer with SOL;
+    keypair files for the processes. All finalized: the SDK reads the mint at `finalized`."""
+
+    plan: Plan  # the seller's: its mint, and its authority's associated token account
+    buyer: Keypair
+    buyer_account: Pubkey
+    buyer_file: Path
+    fee_payer: Keypair
+    fee_payer_file: Path
+
+    @property
+    def mint(self) -> Pubkey:
+        return self.plan.mint
+
+    @property
+    def seller(self) -> Pubkey:
+        """The wallet x402 names as payTo."""
+        return self.plan.authority.pubkey()
+
+    @property
+    def seller_account(self) -> Pubkey:
+        """ATA(seller, mint): where the payments land."""
+        return self.plan.destination
+
+
+def finalize(chain: Chain, address: Pubkey) -> None:
+    """Returns once `address` exists at `finalized`: at once by time travel on the drop-in
+    (the slot moves ~75 past), by waiting (~13 s) on solana-test-validator."""
+    if chain.can_time_travel:
+        chain.time_travel(chain.unix_timestamp() + 30)
+    deadline = time.monotonic() + FINALITY_TIMEOUT
+    while chain.rpc("getAccountInfo", str(address), {"encoding": "base64"})["value"] is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{address} was not finalized in {FINALITY_TIMEOUT:.0f} s")
+        time.sleep(0.5)
+
+
+@pytest.fixture
+def market(chain: Chain, billing: Billing, tmp_path: Path) -> Market:
+    plan = billing.plan(amount=10 * USDC)
+    buyer = billing.subscriber(plan, 10 * USDC)
+    fee_payer = chain.funded_keypair()
+    finalize(chain, buyer.token_account)
+    return Market(
+        plan,
+        buyer.keypair,
+        buyer.token_account,
+        save_keypair(buyer.keypair, tmp_path / "buyer.json"),
+        fee_payer,
+        save_keypair(fee_payer, tmp_path / "fee-payer.json"),
+    )
+
+
+@dataclass
+class Sdk:
+    """The SDK's programs, started on the session's validator."""
+
+    python: str
+    rpc: str
+    processes: Processes
+
+    def facilitator(self, fee_payer_file: Path) -> str:
+        argv = ["--keypair", str(fee_payer_file), "--rpc", self.rpc, "--network", DEVNET]
+        program = self._program("sdk_facilitator.py", argv)
+        return self.processes.start("sdk facilitator", program, "x402-sdk facilitator ready")
+
+    def server(self, facilitator_url: str, market: Market, price: int) -> str:
+        argv = [
+            "--facilitator", facilitator_url, "--pay-to", str(market.seller),
+            "--mint", str(market.mint), "--network", DEVNET, "--price", str(price),
+        ]  # fmt: skip
+        program = self._program("sdk_server.py", argv)
+        return self.processes.start("sdk server", program, "x402-sdk server ready")
+
+    def pay(self, url: str, market: Market, *, replay: bool = False) -> dict[str, object]:
+        """The SDK's client GETs `url`, paying as `market`'s buyer: its JSON report."""
+        argv = [
+            url, "--keypair", str(market.buyer_file), "--rpc", self.rpc,
+            "--network", DEVNET, "--mint", str(market.mint),
+        ]  # fmt: skip
+        done = subprocess.run(
+            self._program("sdk_client.py", argv + (["--replay"] if replay else [])),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.stdout.strip(), f"the SDK client printed nothing:\n{done.stderr[-3000:]}"
+        report: dict[str, object] = json.loads(done.stdout)
+        assert done.returncode == 0, (report, done.stderr[-3000:])
+        return report
+
+    def _program(self, name: str, argv: Sequence[str]) -> list[str]:
+        return [self.python, str(SDK_PROGRAMS / name), *argv]
+
+
+@pytest.fixture
+def sdk(sdk_python: str, validator: Localnet, processes: Processes) -> Sdk:
+    return Sdk(sdk_python, validator.url, processes)
+
+
+@dataclass
+class Svcpay:
+    """svcpay's own services as separate processes, on the validator presented as devnet."""
+
+    rpc: str
+    processes: Processes
+    tmp: Path
+
+    def facilitator(self, keypair: Keypair) -> str:
+        """`svcpay facilitator serve`; it settles to any payTo (registration is not what
+        these tests are about)."""
+        env = {
+            "SVCPAY_RPC_URL": self.rpc,
+            "SVCPAY_NETWORK": SVCPAY_DEVNET,
+            "SVCPAY_DATABASE_URL": f"sqlite:///{self.tmp / 'facilitator.db'}",
+            "SVCPAY_FACILITATOR_KEYPAIR": str(save_keypair(keypair, self.tmp / "facilitator.json")),
+            "SVCPAY_SETTLE_UNREGISTERED": "1",
+        }
+        argv = [sys.executable, "-m", "svcpay.cli", "facilitator", "serve", "--port", "0"]
+        return self.processes.start("svcpay facilitator", argv, "svcpay facilitator ready", env)
+
+    def resource_server(self, facilitator_url: str, market: Market, metered: Plan) -> str:
+        """The example API (py/svcpay/examples/resource_server.py), paid to `market`'s seller."""
+        env = {
+            "SVCPAY_RPC_URL": self.rpc,
+            "SVCPAY_NETWORK": SVCPAY_DEVNET,
+            "SVCPAY_FACILITATOR_URL": facilitator_url,
+            "SVCPAY_PAY_TO": str(market.seller_account),
+            "SVCPAY_MINT": str(market.mint),
+            "SVCPAY_SUBSCRIPTION_PLAN": str(market.plan.address),
+            "SVCPAY_METERED_PLAN": str(metered.address),
+            "SVCPAY_BILLING_AUTHORITY": str(
+                save_keypair(metered.billing_authority, self.tmp / "billing-authority.json")
+            ),
+            "SVCPAY_STATE_DB": str(self.tmp / "resource-server.db"),
+        }
+        argv = [sys.executable, "-m", "svcpay.examples.resource_server", "--port", "0"]
+        ready = "svcpay resource server ready"
+        return self.processes.start("svcpay resource server", argv, ready, env)
+
+
+@pytest.fixture
+def svcpay(validator: Localnet, processes: Processes, tmp_path: Path) -> Svcpay:
+    return Svcpay(validator.url, processes, tmp_path)

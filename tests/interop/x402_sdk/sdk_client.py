@@ -1,0 +1,102 @@
+"""The x402 SDK's paying httpx client, as an agent uses it, against one URL.
+
+    sdk_client.py URL --keypair FILE --rpc URL --network CAIP2 --mint MINT [--replay]
+
+GETs URL through `x402_httpx_transport` (the SDK pays a 402 with the exact SVM scheme,
+building its transaction with the given RPC) and prints one JSON object: `status`,
+`paymentResponse` (the PAYMENT-RESPONSE header, decoded; null if none), `body` (JSON if it
+is, else text), `paymentHeaders` (what the SDK sent to pay). With `--replay`, the same
+payment headers are then sent again, unchanged, without the SDK, and `replay` holds that
+answer: {status, paymentResponse, body}. A payment the SDK refuses to make exits 1 with
+`{"error": ...}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+import httpx
+from common import load_keypair
+from x402 import x402Client
+from x402.http import decode_payment_response_header
+from x402.http.clients import x402_httpx_transport
+from x402.http.clients.httpx import PaymentError
+from x402.mechanisms.svm import KeypairSigner
+from x402.mechanisms.svm.exact import register_exact_svm_client
+
+PAYMENT_HEADERS = ("payment-signature", "x-payment")
+
+
+class Recording(httpx.AsyncBaseTransport):
+    """The plain transport underneath the SDK's, keeping the headers of what it sent."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.sent: list[httpx.Headers] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(request.headers)
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def outcome(reply: httpx.Response) -> dict[str, Any]:
+    header = reply.headers.get("payment-response") or reply.headers.get("x-payment-response")
+    settled = None
+    if header:
+        settled = decode_payment_response_header(header).model_dump(
+            by_alias=True, exclude_none=True
+        )
+    try:
+        body: Any = reply.json()
+    except ValueError:
+        body = reply.text
+    return {"status": reply.status_code, "paymentResponse": settled, "body": body}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    client = x402Client()
+    register_exact_svm_client(client, KeypairSigner(load_keypair(args.keypair)), rpc_url=args.rpc)
+    # The SDK pays only the USDC mints it knows unless told otherwise: allow the local one.
+    client.set_spend_controls({"allowed_assets": [{"network": args.network, "asset": args.mint}]})
+    recording = Recording()
+    async with httpx.AsyncClient(
+        transport=x402_httpx_transport(client, recording), timeout=60
+    ) as http:
+        reply = await http.get(args.url)
+    result = outcome(reply)
+    paid = [h for h in recording.sent if any(name in h for name in PAYMENT_HEADERS)]
+    headers = {k: v for k, v in paid[-1].items() if k in PAYMENT_HEADERS} if paid else {}
+    result["paymentHeaders"] = headers
+    if args.replay:
+        async with httpx.AsyncClient(timeout=60) as plain:
+            result["replay"] = outcome(await plain.get(args.url, headers=headers))
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("url")
+    parser.add_argument("--keypair", required=True, help="the payer's keypair file")
+    parser.add_argument("--rpc", required=True, help="the cluster's JSON-RPC URL")
+    parser.add_argument("--network", required=True, help="its CAIP-2 id, as the SDK knows it")
+    parser.add_argument("--mint", required=True, help="the token the SDK may pay in")
+    parser.add_argument("--replay", action="store_true", help="then replay the payment")
+    args = parser.parse_args()
+    try:
+        result = asyncio.run(run(args))
+    except PaymentError as e:
+        print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+        return 1
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

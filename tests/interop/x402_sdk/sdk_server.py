@@ -1,0 +1,59 @@
+"""An API sold with the x402 SDK's FastAPI payment middleware, settling through a given
+facilitator (the SDK's HTTPFacilitatorClient).
+
+    sdk_server.py --port P --facilitator URL --pay-to WALLET --mint MINT --network CAIP2
+                  --price N [--host H]
+
+GET /paid costs N base units of MINT, paid to WALLET's associated token account with the
+exact scheme; GET /free is free. Prints `x402-sdk server ready http://host:port`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from common import serve
+from fastapi import FastAPI
+from x402 import x402ResourceServer
+from x402.http import FacilitatorConfig, HTTPFacilitatorClient, PaymentOption
+from x402.http.middleware.fastapi import PaymentMiddlewareASGI
+from x402.http.types import RouteConfig
+from x402.mechanisms.svm.exact import register_exact_svm_server
+
+
+def create_app(args: argparse.Namespace) -> FastAPI:
+    facilitator = HTTPFacilitatorClient(FacilitatorConfig(url=args.facilitator))
+    server = register_exact_svm_server(x402ResourceServer(facilitator), args.network)
+    price = {"amount": str(args.price), "asset": args.mint}  # base units, not dollars
+    option = PaymentOption(scheme="exact", pay_to=args.pay_to, price=price, network=args.network)
+    routes = {"GET /paid": RouteConfig(accepts=[option], description="a paid answer")}
+
+    app = FastAPI()
+
+    @app.get("/paid")
+    async def paid() -> dict[str, str]:
+        return {"answer": "paid content"}
+
+    @app.get("/free")
+    async def free() -> dict[str, str]:
+        return {"answer": "free content"}
+
+    app.add_middleware(PaymentMiddlewareASGI, routes=routes, server=server)
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--facilitator", required=True, help="the facilitator's base URL")
+    parser.add_argument("--pay-to", required=True, help="the wallet paid (its ATA receives)")
+    parser.add_argument("--mint", required=True)
+    parser.add_argument("--network", required=True, help="CAIP-2 id")
+    parser.add_argument("--price", type=int, required=True, help="in base units of the mint")
+    args = parser.parse_args()
+    serve(create_app(args), args.host, args.port, "x402-sdk server")
+
+
+if __name__ == "__main__":
+    main()

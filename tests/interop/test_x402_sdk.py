@@ -29,7 +29,6 @@ DATA_PRICE = 500_000  # the example API's GET /v1/data
 # TEMPORARY: the x402 gate, facilitator and client are being built on other branches; remove
 # these markers when they are merged (strict: a flow that starts passing fails here until then).
 AWAITS_GATE = pytest.mark.xfail(strict=True, reason="awaits the x402-gate and x402-fac merges")
-AWAITS_FACILITATOR = pytest.mark.xfail(strict=True, reason="awaits the x402-fac merge")
 AWAITS_CLIENT = pytest.mark.xfail(strict=True, reason="awaits the x402-client merge")
 
 
@@ -90,7 +89,6 @@ def test_the_sdk_client_pays_the_example_api(
     assert balances(chain, market) == (before[0] - DATA_PRICE, before[1] + DATA_PRICE)
 
 
-@AWAITS_FACILITATOR
 def test_the_sdk_server_settles_through_the_svcpay_facilitator(
     sdk: Sdk, svcpay: Svcpay, market: Market, chain: Chain
 ) -> None:

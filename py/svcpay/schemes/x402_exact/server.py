@@ -282,11 +282,13 @@ class _Payment:
             accepted = payload.accepted
             memo = accepted.memo
             entry = next((e for e in one_time if str(e.amount) == accepted.amount), None)
-            if entry is None or memo is None:
-                return self.refuse(
-                    "no_matching_requirements",
-                    f"the payment's accepted terms are not ones offered for {resource}",
-                )
+            if entry is None:
+                asked = " or ".join(repr(str(e.amount)) for e in one_time)
+                why = f"accepted.amount is {accepted.amount!r}; this gate asks for {asked}"
+                return self.refuse("no_matching_requirements", why)
+            if memo is None:
+                why = "accepted.extra.memo is missing: pay the terms of a fresh PAYMENT-REQUIRED"
+                return self.refuse("no_matching_requirements", why)
             expected = server.requirements(entry, memo)
             if (why := _mismatch(expected, accepted.to_json_dict())) is not None:
                 return self.refuse("no_matching_requirements", why)

@@ -284,17 +284,21 @@ class _Payment:
             entry = next((e for e in one_time if str(e.amount) == accepted.amount), None)
             if entry is None:
                 asked = " or ".join(repr(str(e.amount)) for e in one_time)
-                why = f"accepted.amount is {accepted.amount!r}; this gate asks for {asked}"
-                return self.refuse("no_matching_requirements", why)
+                return self.refuse(
+                    "no_matching_requirements",
+                    f"accepted.amount is {accepted.amount!r}; this gate asks for {asked}",
+                )
             if memo is None:
-                why = "accepted.extra.memo is missing: pay the terms of a fresh PAYMENT-REQUIRED"
-                return self.refuse("no_matching_requirements", why)
+                return self.refuse(
+                    "no_matching_requirements",
+                    "accepted.extra.memo is missing: pay the terms of a fresh PAYMENT-REQUIRED",
+                )
             expected = server.requirements(entry, memo)
-            if (why := _mismatch(expected, accepted.to_json_dict())) is not None:
-                return self.refuse("no_matching_requirements", why)
+            if (differs := _mismatch(expected, accepted.to_json_dict())) is not None:
+                return self.refuse("no_matching_requirements", differs)
             memo_terms = MemoTerms(resource, accepted.amount, terms.pay_to, terms.token)
-            if (why := server.memos.check(memo, memo_terms)) is not None:
-                return self.refuse("no_matching_requirements", why)
+            if (stale := server.memos.check(memo, memo_terms)) is not None:
+                return self.refuse("no_matching_requirements", stale)
             if memo.encode() not in tx_memos:
                 return self.refuse(Reason.MEMO_MISMATCH, "the transaction's memo is not extra.memo")
             self.requirements = expected

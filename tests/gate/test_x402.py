@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from svcpay.gate import OneTime, Subscription, payment_gate
+from svcpay.gate import OneTime, Subscription, payment_gate, payment_gate_wsgi
 from svcpay.gate.chain import ChainSubscriptions
 from svcpay.gate.pricing import Terms
 from svcpay.program.client import BillingClient
@@ -37,6 +37,7 @@ from svcpay.protocol.models import PaymentRequired
 from svcpay.protocol.replay import MemoryReplayStore
 from svcpay.schemes.x402_exact.facilitator_client import X402FacilitatorClient
 from svcpay.schemes.x402_exact.wire import CAIP2, decode_json, encode_header
+from tests.gate.test_wsgi import call
 from tests.support.billing import USDC
 from tests.support.chain import Chain
 from tests.support.x402_facilitator import MEMO_PROGRAM, FakeX402Facilitator
@@ -352,3 +353,29 @@ async def test_x402_needs_the_owners_associated_token_account(world: World, chai
     no_fee_payer = Terms(str(world.pay_to), str(world.mint), owner=str(world.owner.pubkey()))
     with pytest.raises(ValueError, match="fee_payer"):
         payment_gate(api([], world.facilitator), terms=no_fee_payer, **common)
+
+
+async def test_the_wsgi_adapter_takes_x402_too(world: World) -> None:
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [b'{"wsgi": true}']
+
+    fac_http = httpx.AsyncClient(transport=httpx.ASGITransport(app=world.facilitator.app()))
+    with payment_gate_wsgi(
+        app,
+        pricing={"/v1/data": [OneTime(PRICE)]},
+        terms=x402_terms(world.mint, world.owner.pubkey(), world.facilitator.fee_payer.pubkey()),
+        memos=Memos(b"x402-gate-memo-secret-0123"),
+        trusted_facilitators=set(),
+        replay=MemoryReplayStore(),
+        x402_facilitator=X402FacilitatorClient("http://x402-facilitator", http=fac_http),
+    ) as gate:
+        unpaid = call(gate, "/v1/data")
+        req = decode_json(unpaid.header("PAYMENT-REQUIRED") or "")
+        header = v2_header(req, transaction(world, req["accepts"][0]))
+        paid = call(gate, "/v1/data", headers={"PAYMENT-SIGNATURE": header})
+        assert (paid.code, paid.json()) == (200, {"wsgi": True})
+        assert decode_json(paid.header("PAYMENT-RESPONSE") or "")["success"] is True
+        assert call(gate, "/v1/data", headers={"PAYMENT-SIGNATURE": header}).code == 402
+        gate.run(fac_http.aclose())
+    assert world.balance() == PRICE

@@ -2,26 +2,41 @@
 
 Calls the ASGI app directly (no sockets, no HTTP parsing), so the numbers are the gate's
 own cost: a bare endpoint, the 402 path (a fresh body with a memo), a paid request verified
-offline (signature, memo, replay claim; a distinct pre-signed proof each), and a
-subscription request served from the warm cache. Prints numbers; asserts nothing.
+offline (signature, memo, replay claim; a distinct pre-signed proof each), an x402 paid
+request (a distinct signed transaction each: parse, terms, memo, replay claim, verify and
+settle by an in-process facilitator that answers at once, so the facilitator's own round
+trips are not counted), and a subscription request served from the warm cache. Prints
+numbers; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from solders.compute_budget import set_compute_unit_limit, set_compute_unit_price
+from solders.hash import Hash
+from solders.instruction import Instruction
 from solders.keypair import Keypair
+from solders.message import MessageV0, to_bytes_versioned
 from solders.pubkey import Pubkey
+from solders.signature import Signature
+from solders.transaction import VersionedTransaction
+from spl.token.constants import TOKEN_PROGRAM_ID
+from spl.token.instructions import get_associated_token_address, transfer_checked
+from spl.token.models import TransferCheckedParams
 
 from svcpay.gate import OneTime, Subscription, payment_gate
 from svcpay.gate.pricing import Terms
 from svcpay.protocol.memo import Memos, MemoTerms
 from svcpay.protocol.proof import PaymentProof
 from svcpay.protocol.replay import MemoryReplayStore
+from svcpay.schemes.x402_exact.server import MEMO_PROGRAM
+from svcpay.schemes.x402_exact.wire import SettleResponse, VerifyResponse, encode_header
 
 PLAN = str(Pubkey.new_unique())
 SUB = str(Pubkey.new_unique())
@@ -55,6 +70,43 @@ class WarmSubscriptions:
         pass
 
 
+class InstantFacilitator:
+    """An x402 facilitator that approves and settles at once (the gate's cost alone)."""
+
+    async def verify(self, version: int, payload: Any, requirements: Any) -> VerifyResponse:
+        return VerifyResponse(is_valid=True)
+
+    async def settle(self, version: int, payload: Any, requirements: Any) -> SettleResponse:
+        return SettleResponse(success=True, transaction="1" * 64, network=requirements["network"])
+
+
+def x402_headers(gate: Any, terms: Terms, memos: Memos, n: int) -> list[bytes]:
+    """n distinct PAYMENT-SIGNATURE values for GET /paid, built as an x402 client builds them."""
+    assert terms.owner and terms.fee_payer
+    memo = memos.issue(MemoTerms("GET /paid", "500000", terms.pay_to, terms.token))
+    required = gate.core.x402.requirements(OneTime(500_000), memo)
+    payer, mint = Keypair(), Pubkey.from_string(terms.token)
+    transfer = transfer_checked(
+        TransferCheckedParams(
+            program_id=TOKEN_PROGRAM_ID, source=get_associated_token_address(payer.pubkey(), mint),
+            mint=mint, dest=Pubkey.from_string(terms.pay_to), owner=payer.pubkey(),
+            amount=500_000, decimals=6,
+        )
+    )  # fmt: skip
+    headers = []
+    for i in range(n):
+        ixs = [
+            set_compute_unit_limit(20_000), set_compute_unit_price(i + 1), transfer,
+            Instruction(MEMO_PROGRAM, memo.encode(), []),
+        ]  # fmt: skip
+        msg = MessageV0.try_compile(Pubkey.from_string(terms.fee_payer), ixs, [], Hash.default())
+        sigs = [Signature.default(), payer.sign_message(to_bytes_versioned(msg))]
+        tx = base64.b64encode(bytes(VersionedTransaction.populate(msg, sigs))).decode()
+        payload = {"x402Version": 2, "accepted": required, "payload": {"transaction": tx}}
+        headers.append(encode_header(payload).encode())
+    return headers
+
+
 def scope(path: str, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
     return {"type": "http", "method": "GET", "path": path, "headers": headers, "query_string": b""}
 
@@ -79,7 +131,11 @@ async def rate(app: Any, scopes: list[dict[str, Any]], want: int) -> float:
 
 async def main(n: int) -> None:
     facilitator = Keypair()
-    terms = Terms(pay_to=str(Pubkey.new_unique()), token=str(Pubkey.new_unique()))
+    owner, mint = Pubkey.new_unique(), Pubkey.new_unique()
+    terms = Terms(
+        pay_to=str(get_associated_token_address(owner, mint)), token=str(mint),
+        owner=str(owner), fee_payer=str(Pubkey.new_unique()),
+    )  # fmt: skip
     memos = Memos(b"bench-memo-secret-0123456789", ttl_secs=3600)
     gate = payment_gate(
         bare_app,
@@ -89,6 +145,7 @@ async def main(n: int) -> None:
         trusted_facilitators={str(facilitator.pubkey())},
         replay=MemoryReplayStore(),
         subscriptions=WarmSubscriptions(),
+        x402_facilitator=InstantFacilitator(),
     )
     memo = memos.issue(MemoTerms("GET /paid", "500000", terms.pay_to, terms.token))
     now = int(time.time())
@@ -106,6 +163,14 @@ async def main(n: int) -> None:
         "paid, verified offline": await rate(
             gate, [scope("/paid", [(b"x-payment", p)]) for p in proofs], 200
         ),
+        "x402 paid, instant fac.": await rate(
+            gate,
+            [
+                scope("/paid", [(b"payment-signature", h)])
+                for h in x402_headers(gate, terms, memos, n)
+            ],
+            200,
+        ),
         "subscription, warm cache": await rate(
             gate, [scope("/sub", [(b"x-svc-sub", SUB.encode())])] * n, 200
         ),
@@ -114,6 +179,8 @@ async def main(n: int) -> None:
     for name, rps in results.items():
         print(f"{name:<26} {rps:>10,.0f} req/s")
     print(f"paid / bare: {results['paid, verified offline'] / results['bare endpoint']:.2f}")
+    x402 = results["x402 paid, instant fac."] / results["paid, verified offline"]
+    print(f"x402 / svcpay proof: {x402:.2f}")
 
 
 if __name__ == "__main__":

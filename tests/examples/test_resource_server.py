@@ -34,6 +34,7 @@ from svcpay.localnet.process import Localnet
 from svcpay.program import pda
 from svcpay.program.client import BillingClient
 from svcpay.protocol.models import PaymentRequired
+from svcpay.schemes.x402_exact.wire import decode_json
 from tests.support.billing import DAY, USDC, Billing, Plan, Subscriber
 from tests.support.chain import Chain
 from tests.support.facilitator import FACILITATOR_URL, InProcessFacilitator, in_process_facilitator
@@ -118,6 +119,14 @@ async def test_data_costs_050_usdc_per_request(
         None,
     )
     assert option.memo and DATA_PRICE == 500_000
+    x402 = decode_json(unpaid.headers["PAYMENT-REQUIRED"])  # x402 is on by default
+    (offer,) = x402["accepts"]
+    assert (offer["payTo"], offer["amount"], offer["extra"]["memo"]) == (
+        str(provider.plan.authority.pubkey()),  # the wallet owning the token account
+        "500000",
+        option.memo,
+    )
+    assert offer["extra"]["feePayer"] == provider.settings.facilitator_key
 
     wallet: Subscriber = billing.subscriber(provider.plan, 2 * USDC)  # a funded wallet
     auth = PaymentAuth(
@@ -195,6 +204,7 @@ async def test_a_misconfigured_server_refuses_to_start(
         "billed by": dataclasses.replace(s, billing_authority=stranger),
         "is not priced in": dataclasses.replace(s, mint=str(chain.create_mint())),
         "is not a svc_billing plan": dataclasses.replace(s, metered_plan=s.pay_to),
+        "not the associated token account": dataclasses.replace(s, owner=str(Keypair().pubkey())),
     }
     for reason, settings in cases.items():
         with pytest.raises(ConfigError, match=reason):
@@ -222,6 +232,7 @@ async def test_settings_come_from_the_environment(provider: Provider) -> None:
     assert Settings.from_env(env) == provider.settings
     secret = Settings.from_env({**env, "SVCPAY_MEMO_SECRET": "s" * 16})
     assert secret.memo_secret == b"s" * 16
+    assert not Settings.from_env({**env, "SVCPAY_X402": "off"}).x402
     partial = {k: v for k, v in env.items() if k not in ("SVCPAY_MINT", "SVCPAY_METERED_PLAN")}
     with pytest.raises(ConfigError, match="SVCPAY_MINT, SVCPAY_METERED_PLAN"):
         Settings.from_env(partial)

@@ -1,6 +1,7 @@
 """An example resource server: a FastAPI app whose API is sold through svcpay's payment gate.
 
-    GET  /v1/data      one-time payment, 0.50 USDC per request (X-PAYMENT)
+    GET  /v1/data      one-time payment, 0.50 USDC per request: an svcpay proof
+                       (X-PAYMENT) or x402 (PAYMENT-SIGNATURE, or an x402 v1 X-PAYMENT)
     GET  /v1/resource  subscription to a plan (X-Svc-Sub)
     POST /v1/process   metered: a subscription with an allowance, 0.10 USDC deducted per
                        call (402 AllowanceExhausted at the cap)
@@ -26,11 +27,21 @@ when it is ready. Configuration comes from the environment:
     SVCPAY_MEMO_SECRET         optional, at least 16 bytes: the key of the memos in 402
                                terms. Random per process by default, so processes serving
                                the same API must share one.
+    SVCPAY_X402                "off" turns x402 off (it is on by default): then 402s carry
+                               svcpay's body only and only svcpay proofs pay /v1/data
+    SVCPAY_OWNER               the wallet that owns SVCPAY_PAY_TO (x402's payTo); by default
+                               read from the token account on chain at startup. SVCPAY_PAY_TO
+                               must be its associated token account for x402.
+    SVCPAY_FEE_PAYER           the facilitator's fee payer (x402's extra.feePayer); by
+                               default the facilitator's key (svcpay's facilitator pays fees
+                               with the key that signs proofs). x402 payments are verified
+                               and settled by SVCPAY_FACILITATOR_URL's /verify and /settle.
 
 At startup the plans are read from the chain (their price and period are what the 402 body
 shows) and checked against the mint and the billing authority; a misconfiguration stops the
 server with the reason. Handlers run only once the gate has verified the payment, so they
-can read the verified credential (the X-PAYMENT proof or the X-Svc-Sub id) from the request.
+can read the verified credential (the X-PAYMENT proof, the x402 payment or the X-Svc-Sub id)
+from the request; an x402 answer also carries the settlement in PAYMENT-RESPONSE.
 """
 
 from __future__ import annotations
@@ -65,10 +76,17 @@ from svcpay.program.generated.accounts.plan import Plan
 from svcpay.program.generated.program_id import PROGRAM_ID
 from svcpay.protocol.headers import NETWORK_MAINNET, SCHEME_EXACT, X_PAYMENT, X_SVC_SUB
 from svcpay.protocol.memo import Memos
+from svcpay.protocol.models import ProtocolError
 from svcpay.protocol.proof import parse_payment_proof
 from svcpay.protocol.replay import SqliteReplayStore
+from svcpay.schemes.x402_exact.facilitator_client import X402FacilitatorClient
+from svcpay.schemes.x402_exact.server import check_x402_terms
 from svcpay.schemes.x402_exact.wire import svcpay_network
 
+TOKEN_PROGRAMS = (
+    "TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA",
+    "TokenzQdBNbLqP5VEhdkAS6EPFLC1PHnBqCXEpPxuEb",
+)
 DATA_PRICE = to_base_units("0.50")  # 500000 base units of a 6-decimal mint
 PROCESS_PRICE = to_base_units("0.10")  # per POST /v1/process, from the allowance
 DECIMALS = 6  # the prices above assume it
@@ -80,7 +98,7 @@ REQUIRED = (
     "SVCPAY_METERED_PLAN",
     "SVCPAY_BILLING_AUTHORITY",
 )
-ADDRESSES = REQUIRED[1:5] + ("SVCPAY_FACILITATOR_KEY",)
+ADDRESSES = REQUIRED[1:5] + ("SVCPAY_FACILITATOR_KEY", "SVCPAY_OWNER", "SVCPAY_FEE_PAYER")
 
 
 class ConfigError(ValueError):
@@ -100,6 +118,9 @@ class Settings:
     facilitator_key: str | None = None
     state_db: Path = Path("resource-server.db")
     memo_secret: bytes | None = None
+    x402: bool = True
+    owner: str | None = None
+    fee_payer: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -124,12 +145,15 @@ class Settings:
             facilitator_key=env.get("SVCPAY_FACILITATOR_KEY") or None,
             state_db=Path(env.get("SVCPAY_STATE_DB") or cls.state_db),
             memo_secret=secret.encode() if secret is not None else None,
+            x402=(env.get("SVCPAY_X402") or "on").lower() not in ("off", "0", "false", "no"),
+            owner=env.get("SVCPAY_OWNER") or None,
+            fee_payer=env.get("SVCPAY_FEE_PAYER") or None,
         )
 
 
 # -- the API: handlers run only for requests the gate let through ---------------------------
 router = APIRouter()
-PaymentHeader = Annotated[str, Header(alias=X_PAYMENT)]
+PaymentHeader = Annotated[str | None, Header(alias=X_PAYMENT)]
 SubscriptionHeader = Annotated[str, Header(alias=X_SVC_SUB)]
 
 
@@ -143,8 +167,11 @@ async def health() -> dict[str, str]:
 
 
 @router.get("/v1/data")
-async def data(x_payment: PaymentHeader) -> dict[str, str]:
-    proof = parse_payment_proof(x_payment)  # already verified (and claimed) by the gate
+async def data(x_payment: PaymentHeader = None) -> dict[str, str]:
+    try:
+        proof = parse_payment_proof(x_payment or "")  # already verified (and claimed)
+    except ProtocolError:  # paid with x402: its settlement goes out in PAYMENT-RESPONSE
+        return {"data": "the data", "paidWith": "x402"}
     return {"data": "the data", "paidBy": proof.payer, "transaction": proof.transaction}
 
 
@@ -166,6 +193,7 @@ def create_app(settings: Settings) -> FastAPI:
     facilitator_key = settings.facilitator_key or fetch_facilitator_key(settings)
     subscription = plan_pricing(settings, settings.subscription_plan)
     metered = plan_pricing(settings, settings.metered_plan, PROCESS_PRICE, authority.pubkey())
+    owner = (settings.owner or token_account_owner(settings)) if settings.x402 else None
     billing = BillingClient.connect(settings.rpc_url)
     meter = BatchingMeter(billing, authority, settings.state_db)
 
@@ -178,7 +206,23 @@ def create_app(settings: Settings) -> FastAPI:
             try:
                 await meter.close()  # deducts the usage still pending
             finally:
+                await x402.aclose()
                 await billing.close()
+
+    terms = Terms(
+        settings.pay_to,
+        settings.mint,
+        settings.network,
+        settings.facilitator_url,
+        owner=owner,
+        fee_payer=(settings.fee_payer or facilitator_key) if owner else None,
+    )
+    x402 = X402FacilitatorClient(settings.facilitator_url)
+    if owner is not None:
+        try:
+            check_x402_terms(terms)
+        except ValueError as e:
+            raise ConfigError(f"{e} (or set SVCPAY_X402=off)") from e
 
     app = FastAPI(title="svcpay example resource server", lifespan=lifespan)
     app.include_router(router)
@@ -189,12 +233,13 @@ def create_app(settings: Settings) -> FastAPI:
             "/v1/resource": [subscription],
             "/v1/process": [metered],
         },
-        terms=Terms(settings.pay_to, settings.mint, settings.network, settings.facilitator_url),
+        terms=terms,
         memos=Memos(settings.memo_secret or os.urandom(32)),
         trusted_facilitators={facilitator_key},
         replay=SqliteReplayStore(settings.state_db),
         subscriptions=ChainSubscriptions(billing),
         meter=meter,
+        x402_facilitator=x402,
     )
     return app
 
@@ -225,6 +270,15 @@ def fetch_facilitator_key(settings: Settings, http: httpx.Client | None = None) 
     ):
         raise ConfigError(f"the facilitator at {url} does not settle on {settings.network}")
     return _address(body["facilitatorKey"], f"{url} facilitatorKey")
+
+
+def token_account_owner(settings: Settings) -> str:
+    """The wallet that owns the token account SVCPAY_PAY_TO (x402's payTo), read on chain."""
+    info = read_account(settings.rpc_url, settings.pay_to)
+    data = bytes(info.data) if info is not None else b""
+    if info is None or str(info.owner) not in TOKEN_PROGRAMS or len(data) < 165:
+        raise ConfigError(f"SVCPAY_PAY_TO {settings.pay_to} is not a token account")
+    return str(Pubkey.from_bytes(data[32:64]))
 
 
 def plan_pricing(

@@ -1,8 +1,31 @@
-"""The payment gate: ASGI middleware that answers 402 until a request is paid for."""
+"""The payment gate: ASGI middleware (and a WSGI adapter) that answers 402 until a request is
+paid for. Names load on first use, so scheme modules can import `svcpay.gate.pricing`
+without pulling in the shells."""
 
-from svcpay.gate.asgi import PaymentGate, payment_gate
-from svcpay.gate.pricing import OneTime, Subscription, build_payment_required
-from svcpay.gate.wsgi import PaymentGateWSGI, payment_gate_wsgi
+from __future__ import annotations
 
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from svcpay.gate.asgi import PaymentGate, payment_gate
+    from svcpay.gate.pricing import OneTime, Subscription, build_payment_required
+    from svcpay.gate.wsgi import PaymentGateWSGI, payment_gate_wsgi
+
+_WHERE = {
+    "PaymentGate": "svcpay.gate.asgi",
+    "payment_gate": "svcpay.gate.asgi",
+    "OneTime": "svcpay.gate.pricing",
+    "Subscription": "svcpay.gate.pricing",
+    "build_payment_required": "svcpay.gate.pricing",
+    "PaymentGateWSGI": "svcpay.gate.wsgi",
+    "payment_gate_wsgi": "svcpay.gate.wsgi",
+}
 __all__ = ["OneTime", "PaymentGate", "Subscription", "build_payment_required", "payment_gate"]
 __all__ += ["PaymentGateWSGI", "payment_gate_wsgi"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'svcpay.gate' has no attribute {name!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from svcpay.protocol.headers import NETWORK_MAINNET, PROTOCOL_VERSION, SCHEME_EXACT
 from svcpay.protocol.memo import Memos, MemoTerms
@@ -11,9 +12,18 @@ from svcpay.protocol.models import PaymentOption, PaymentRequired, SvcExtension
 
 @dataclass(frozen=True)
 class OneTime:
-    """Pay `amount` (base units) per request through the facilitator."""
+    """Pay `amount` (base units) per request through the facilitator.
+
+    `settle` applies to x402 payments (svcpay proofs arrive settled): "after" (x402's
+    order, the default) verifies, runs the handler and settles only below 400; "before"
+    settles before the handler runs (for handlers whose effect cannot be taken back)."""
 
     amount: int
+    settle: Literal["after", "before"] = "after"
+
+    def __post_init__(self) -> None:
+        if self.settle not in ("after", "before"):
+            raise ValueError(f'OneTime.settle must be "after" or "before", not {self.settle!r}')
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,12 @@ class Terms:
     token: str  # the mint
     network: str = NETWORK_MAINNET
     facilitator: str | None = None  # the facilitator's URL, advertised in `svc`
+    # x402 (docs/adr/0018): on when `owner` is given. `owner` is the wallet that owns
+    # `pay_to`, which must be its associated token account (x402's payTo is the wallet);
+    # `fee_payer` is the facilitator's fee payer (x402's extra.feePayer).
+    owner: str | None = None
+    fee_payer: str | None = None
+    max_timeout_seconds: int = 60  # x402's maxTimeoutSeconds
 
 
 def build_payment_required(

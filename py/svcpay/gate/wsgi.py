@@ -46,12 +46,14 @@ from svcpay.gate.asgi import (
     Scope,
     Send,
     Subscriptions,
-    _under,
 )
+from svcpay.gate.core import under
 from svcpay.gate.pricing import PricingEntry, Terms
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.replay import ReplayStore
 from svcpay.protocol.verify import RemoteVerifier
+from svcpay.schemes.x402_exact.facilitator_client import X402Facilitator
+from svcpay.schemes.x402_exact.idempotency import PaymentIds
 
 __all__ = ["PaymentGateWSGI", "payment_gate_wsgi"]
 
@@ -82,9 +84,13 @@ class PaymentGateWSGI:
         meter: Meter | None = None,
         remote: RemoteVerifier | None = None,
         serves: Callable[[Scope], bool] | None = None,
+        x402_facilitator: X402Facilitator | None = None,
+        payment_ids: PaymentIds | None = None,
     ) -> None:
         """`serves(scope)`: whether `app` has a route for the request's path and method
-        (a WSGI app's routes cannot be read: without it every gated request is priced)."""
+        (a WSGI app's routes cannot be read: without it every gated request is priced).
+        x402 (with `terms.owner`) works as in `PaymentGate`; its facilitator client lives on
+        the adapter's loop, like the other async resources."""
         self.app = app
         self.gate = PaymentGate(
             _asgi_view,
@@ -97,6 +103,8 @@ class PaymentGateWSGI:
             meter=meter,
             remote=remote,
             serves=serves,
+            x402_facilitator=x402_facilitator,
+            payment_ids=payment_ids,
         )
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -106,7 +114,7 @@ class PaymentGateWSGI:
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         path = _path(environ)
-        if not any(_under(path, prefix) for prefix, _ in self.gate.routes):
+        if not any(under(path, prefix) for prefix, _ in self.gate.routes):
             return self.app(environ, start_response)
         exchange = _Exchange(self.app, environ, start_response)
         loop = self._start(exchange)

@@ -1,0 +1,84 @@
+"""What a scheme's server side answers a request, shared by every scheme and the gate's core:
+`Reply` (the gate sends this; the handler does not run) or `Admit` (the handler runs, and the
+admission hears how it went). No ASGI, no WSGI: the shells in `svcpay.gate` translate.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from svcpay.gate.pricing import PricingEntry
+
+RawHeaders = list[tuple[bytes, bytes]]
+
+
+@dataclass(slots=True)
+class Request:
+    """What the core sees of a request. `headers`: lower-case names, raw values."""
+
+    method: str
+    path: str
+    headers: Mapping[bytes, bytes]
+    scheme: str = "http"
+
+    @property
+    def resource(self) -> str:
+        """What memos and proofs are bound to: "GET /v1/data"."""
+        return f"{self.method} {self.path}"
+
+    @property
+    def url(self) -> str:
+        host = self.headers.get(b"host", b"localhost").decode("latin-1")
+        return f"{self.scheme}://{host}{self.path}"
+
+
+@dataclass(slots=True)
+class Reply:
+    """A whole response the gate sends itself."""
+
+    status: int
+    headers: RawHeaders
+    body: bytes
+
+    @classmethod
+    def json(cls, status: int, body: dict[str, Any], headers: RawHeaders = ()) -> Reply:  # type: ignore[assignment]
+        data = json.dumps(body).encode()
+        return cls(
+            status,
+            [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+                *headers,
+            ],
+            data,
+        )
+
+
+class Admit:
+    """The handler runs. A shell calls `start` (when `wants_start`) with the handler's
+    status and headers before sending them: it answers headers to add, or a `Reply` that
+    replaces the handler's response (whose body is then dropped). Once the handler is done
+    the shell calls `end` with its status (None when it raised or sent nothing) and, when
+    `capture` is set, its whole body."""
+
+    wants_start: ClassVar[bool] = False
+    capture: bool = False
+
+    async def start(self, status: int, headers: RawHeaders) -> Reply | RawHeaders:
+        return []
+
+    async def end(self, status: int | None, body: bytes | None) -> None:
+        return None
+
+
+ADMIT = Admit()  # an admission with nothing to do afterwards
+
+
+PaymentRequiredFn = Callable[
+    ["Request", "list[PricingEntry]", "str | None", str, "str | None"], Reply
+]
+"""The core's 402 builder: (request, pricing, svcpay error, message, x402 error) -> Reply."""

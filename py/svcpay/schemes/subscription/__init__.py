@@ -1,0 +1,3 @@
+"""Subscriptions and metered use (`X-Svc-Sub`): an ACTIVE subscription to the route's plan
+opens it; a metered route also draws on the subscription's allowance. `server`: the gate's
+side (the program and the facilitator's crank keep the rest)."""

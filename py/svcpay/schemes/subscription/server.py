@@ -1,0 +1,121 @@
+"""The gate's side of subscriptions and metered use (docs/adr/0007).
+
+`X-Svc-Sub` passes only for an ACTIVE subscription to the plan priced on the route. On a
+metered route the request's price is reserved against the allowance when it is admitted
+(no await between the check and the reservation, so concurrent requests cannot together
+pass the cap) and recorded with the meter after a 2xx answer; a failed request releases it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from solders.pubkey import Pubkey
+
+from svcpay.gate.pricing import PricingEntry, Subscription
+from svcpay.schemes.decision import ADMIT, Admit, PaymentRequiredFn, Reply, Request
+
+log = logging.getLogger("svcpay.gate")
+
+
+class SubscriptionView(Protocol):  # read-only, so frozen dataclasses qualify
+    @property
+    def plan(self) -> str: ...
+    @property
+    def status(self) -> str: ...  # "Active", "PastDue", "Paused", "Cancelled", "Expired"
+    @property
+    def allowance_remaining(self) -> int | None: ...
+
+
+class Subscriptions(Protocol):
+    async def lookup(self, subscription_id: str) -> SubscriptionView | None: ...
+    def invalidate(self, subscription_id: str) -> None: ...
+
+
+class Meter(Protocol):
+    async def record(self, subscription_id: str, amount: int) -> None:
+        """Records a use. It must count in `pending` before record's first await (the gate
+        hands the use over from its own reservation in that same step)."""
+        ...
+
+    def pending(self, subscription_id: str) -> int:
+        """Usage recorded but not yet deducted on chain."""
+        ...
+
+
+class SubscriptionScheme:
+    def __init__(self, subscriptions: Subscriptions | None, meter: Meter | None) -> None:
+        self.subscriptions, self.meter = subscriptions, meter
+        self.inflight: dict[str, int] = {}  # metered usage of requests being served
+
+    async def admit(
+        self,
+        request: Request,
+        pricing: list[PricingEntry],
+        header: bytes,
+        payment_required: PaymentRequiredFn,
+    ) -> Reply | Admit:
+        assert self.subscriptions is not None
+        sub_id = header.decode("latin-1").strip()
+        try:
+            Pubkey.from_string(sub_id)
+        except ValueError:
+            return Reply.json(
+                400,
+                {
+                    "error": "InvalidSubscriptionId",
+                    "message": "X-Svc-Sub must be a subscription id (a base58 address)",
+                },
+            )
+        view = await self.subscriptions.lookup(sub_id)
+        entry = next(
+            (e for e in pricing if isinstance(e, Subscription) and view and e.plan == view.plan),
+            None,
+        )
+        if view is None or entry is None:
+            why = "no subscription to this resource's plan has that id"
+            return payment_required(request, pricing, "SubscriptionNotActive", why, None)
+        if view.status != "Active":
+            why = f"the subscription is {view.status}; renew or resubscribe"
+            return payment_required(request, pricing, "SubscriptionNotActive", why, None)
+        if not entry.metered:
+            return ADMIT
+        assert self.meter is not None
+        used = self.meter.pending(sub_id) + self.inflight.get(sub_id, 0)
+        remaining = None if view.allowance_remaining is None else view.allowance_remaining - used
+        if remaining is None or remaining < entry.metered:
+            why = "the metered allowance is used up: raise the overage limit or upgrade the plan"
+            return payment_required(request, pricing, "AllowanceExhausted", why, None)
+        self.inflight[sub_id] = self.inflight.get(sub_id, 0) + entry.metered
+        return _Metered(self, sub_id, entry.metered)
+
+    def unreserve(self, sub_id: str, amount: int) -> None:
+        left = self.inflight[sub_id] - amount
+        if left:
+            self.inflight[sub_id] = left
+        else:
+            del self.inflight[sub_id]
+
+
+class _Metered(Admit):
+    """A reserved metered use: recorded after a 2xx answer, released otherwise."""
+
+    __slots__ = ("amount", "scheme", "sub_id")
+
+    def __init__(self, scheme: SubscriptionScheme, sub_id: str, amount: int) -> None:
+        self.scheme, self.sub_id, self.amount = scheme, sub_id, amount
+
+    async def end(self, status: int | None, body: bytes | None) -> None:
+        scheme = self.scheme
+        # The client may already send its next request: move the use from the reservation
+        # to the meter's pending count in one step (no await between).
+        scheme.unreserve(self.sub_id, self.amount)
+        if status is None or not 200 <= status < 300:
+            return
+        assert scheme.subscriptions is not None and scheme.meter is not None
+        scheme.subscriptions.invalidate(self.sub_id)
+        try:
+            await scheme.meter.record(self.sub_id, self.amount)
+        except Exception:  # the response is sent; the meter keeps and retries usage
+            log.exception("recording metered usage for %s failed", self.sub_id)

@@ -1,0 +1,122 @@
+"""How a gate asks any x402 facilitator (svcpay's, the SDK's, PayAI, ...) to verify and settle:
+`POST {url}/verify` and `POST {url}/settle` with `{x402Version, paymentPayload,
+paymentRequirements}`, answered HTTP 200 with a `VerifyResponse` / `SettleResponse`.
+Anything else (unreachable, timeout, another status, an answer that is not one) raises
+`FacilitatorUnavailable`, which the gate turns into a 503 with Retry-After.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from svcpay.schemes.x402_exact.wire import SettleResponse, Supported, VerifyResponse
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class FacilitatorUnavailable(Exception):
+    """The facilitator could not be asked, or did not answer as x402 says it must."""
+
+
+class X402Facilitator(Protocol):
+    async def verify(
+        self, version: int, payload: dict[str, Any], requirements: dict[str, Any]
+    ) -> VerifyResponse: ...
+
+    async def settle(
+        self, version: int, payload: dict[str, Any], requirements: dict[str, Any]
+    ) -> SettleResponse: ...
+
+
+class X402FacilitatorClient:
+    """An x402 facilitator over HTTP.
+
+    Args:
+        url: the facilitator's base URL (its `/verify` and `/settle` are below it).
+        http: an httpx.AsyncClient to use instead of one of its own (tests pass one
+            bound to an ASGI app); `url` is then joined to its base URL.
+        timeout: seconds per call; settling waits for the transaction to be confirmed, so
+            keep it above the cluster's confirmation time.
+        headers: extra headers on every call (an API key, for facilitators that need one).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        http: httpx.AsyncClient | None = None,
+        timeout: float = 30.0,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self.headers = dict(headers or {})
+        self._http, self._own = http, http is None
+
+    async def verify(
+        self, version: int, payload: dict[str, Any], requirements: dict[str, Any]
+    ) -> VerifyResponse:
+        return await self._post("/verify", version, payload, requirements, VerifyResponse)
+
+    async def settle(
+        self, version: int, payload: dict[str, Any], requirements: dict[str, Any]
+    ) -> SettleResponse:
+        return await self._post("/settle", version, payload, requirements, SettleResponse)
+
+    async def supported(self) -> Supported:
+        """`GET /supported`: the kinds it settles and their `extra.feePayer`."""
+        try:
+            reply = await self._client().get(self.url + "/supported", headers=self.headers)
+        except httpx.HTTPError as e:
+            raise FacilitatorUnavailable(f"{self.url}/supported: {_describe(e)}") from e
+        return _answer(reply, f"{self.url}/supported", Supported)
+
+    async def aclose(self) -> None:
+        if self._own and self._http is not None:
+            await self._http.aclose()
+        self._http = None if self._own else self._http
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:  # made on first use, on the loop that serves the gate
+            self._http = httpx.AsyncClient(timeout=self.timeout)
+        return self._http
+
+    async def _post(
+        self,
+        path: str,
+        version: int,
+        payload: dict[str, Any],
+        requirements: dict[str, Any],
+        model: type[M],
+    ) -> M:
+        body = {
+            "x402Version": version,
+            "paymentPayload": payload,
+            "paymentRequirements": requirements,
+        }
+        url = self.url + path
+        try:
+            reply = await self._client().post(
+                url, json=body, headers=self.headers, timeout=self.timeout
+            )
+        except httpx.HTTPError as e:
+            raise FacilitatorUnavailable(f"{url}: {_describe(e)}") from e
+        return _answer(reply, url, model)
+
+
+def _answer(reply: httpx.Response, url: str, model: type[M]) -> M:
+    if reply.status_code != 200:
+        raise FacilitatorUnavailable(f"{url} answered {reply.status_code}")
+    try:
+        return model.model_validate_json(reply.content)
+    except ValidationError as e:
+        raise FacilitatorUnavailable(f"{url} answered something that is not x402's") from e
+
+
+def _describe(error: httpx.HTTPError) -> str:
+    if isinstance(error, httpx.TimeoutException):
+        return "timed out"
+    return str(error) or type(error).__name__

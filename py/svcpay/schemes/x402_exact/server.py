@@ -1,0 +1,435 @@
+"""The gate's side of x402 `exact` on Solana (docs/adr/0018), versions 2 and 1.
+
+Every 402 carries `PAYMENT-REQUIRED`: one `exact` entry per one-time option, paying the
+wallet that owns the provider's token account (`payTo`), with the facilitator's fee payer
+and the same HMAC memo as svcpay's body (`extra.memo`), so the gate checks statelessly that
+a payment answers terms it issued. A payment (`PAYMENT-SIGNATURE`, or an x402 v1
+`X-PAYMENT`) is admitted when: it parses (else 400); it answers such terms for this
+resource, with that memo in its transaction (else 402); its transaction was not used before
+(a claim in the replay store keyed by the message's hash; else 402); the facilitator
+verifies it. Then, per `OneTime.settle`: "after" (x402's order) runs the handler and settles
+only when it answered below 400, replacing the response with a 402 when settling fails;
+"before" settles first. The answer carries `PAYMENT-RESPONSE` (v1: `X-PAYMENT-RESPONSE`
+too). An unreachable facilitator is a 503 with Retry-After. With the `payment-identifier`
+extension, a resend of the same payload gets the stored response (`idempotency`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import logging
+import time
+from typing import Any
+
+from solders.message import to_bytes_versioned
+from solders.pubkey import Pubkey
+from solders.transaction import VersionedTransaction
+from spl.token.constants import TOKEN_2022_PROGRAM_ID, TOKEN_PROGRAM_ID
+from spl.token.instructions import get_associated_token_address
+
+from svcpay.gate.pricing import OneTime, PricingEntry, Terms
+from svcpay.protocol.memo import Memos, MemoTerms
+from svcpay.protocol.models import ProtocolError
+from svcpay.protocol.replay import ReplayStore
+from svcpay.schemes.decision import Admit, PaymentRequiredFn, RawHeaders, Reply, Request
+from svcpay.schemes.x402_exact.facilitator_client import (
+    FacilitatorUnavailable,
+    X402Facilitator,
+    X402FacilitatorClient,
+)
+from svcpay.schemes.x402_exact.idempotency import PaymentIds
+from svcpay.schemes.x402_exact.wire import (
+    PAYMENT_IDENTIFIER,
+    SCHEME,
+    PaymentPayload,
+    PaymentPayloadV1,
+    Reason,
+    SettleResponse,
+    caip2,
+    decode_json,
+    encode_header,
+    parse,
+    payment_identifier,
+    payment_identifier_declaration,
+    v1_network,
+)
+
+__all__ = ["X402Facilitator", "X402FacilitatorClient", "X402Server", "check_x402_terms"]
+
+log = logging.getLogger("svcpay.gate.x402")
+MEMO_PROGRAM = Pubkey.from_string("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr")
+RETRY_AFTER_SECS = 5
+CLAIM_MARGIN_SECS = 60
+
+
+def check_x402_terms(terms: Terms) -> None:
+    """ValueError naming what to fix when `terms` cannot be offered over x402."""
+    if terms.owner is None:
+        raise ValueError("x402 needs Terms.owner, the wallet that owns Terms.pay_to")
+    if terms.fee_payer is None:
+        raise ValueError(
+            "x402 needs Terms.fee_payer, the facilitator's fee payer (its GET /supported "
+            "lists it as extra.feePayer)"
+        )
+    caip2(terms.network)  # ValueError for a network x402 has no id for
+    try:
+        owner, mint, pay_to = (
+            Pubkey.from_string(a) for a in (terms.owner, terms.token, terms.pay_to)
+        )
+        Pubkey.from_string(terms.fee_payer)
+    except ValueError as e:
+        raise ValueError("Terms.owner, fee_payer, token and pay_to must be addresses") from e
+    atas = {
+        get_associated_token_address(owner, mint, p)
+        for p in (TOKEN_PROGRAM_ID, TOKEN_2022_PROGRAM_ID)
+    }
+    if pay_to not in atas:
+        raise ValueError(
+            f"x402 pays the associated token account of payTo, but Terms.pay_to {terms.pay_to} "
+            f"is not the associated token account of owner {terms.owner} for mint "
+            f"{terms.token} (that is {get_associated_token_address(owner, mint)}): receive "
+            "into the owner's associated token account, or leave Terms.owner unset to turn "
+            "x402 off"
+        )
+    if not 0 < terms.max_timeout_seconds <= 86_400:
+        raise ValueError("Terms.max_timeout_seconds must be within 1 to 86400")
+
+
+class X402Server:
+    """x402 on one gate. `facilitator` defaults to an `X402FacilitatorClient` of
+    `Terms.facilitator`; `payment_ids` to an in-process `PaymentIds`."""
+
+    def __init__(
+        self,
+        terms: Terms,
+        memos: Memos,
+        replay: ReplayStore,
+        facilitator: X402Facilitator | None = None,
+        *,
+        payment_ids: PaymentIds | None = None,
+    ) -> None:
+        check_x402_terms(terms)
+        if facilitator is None:
+            if terms.facilitator is None:
+                raise ValueError("x402 needs a facilitator: set Terms.facilitator (its URL)")
+            facilitator = X402FacilitatorClient(terms.facilitator)
+        self.terms, self.memos, self.replay, self.facilitator = terms, memos, replay, facilitator
+        self.payment_ids = payment_ids if payment_ids is not None else PaymentIds()
+        self.network = caip2(terms.network)
+        self.network_v1 = v1_network(terms.network)
+        self._declaration = {PAYMENT_IDENTIFIER: payment_identifier_declaration()}
+
+    # -- terms ---------------------------------------------------------------------------
+    def requirements(self, entry: OneTime, memo: str) -> dict[str, Any]:
+        """The v2 `PaymentRequirements` of `entry` under `memo` (JSON, as on the wire)."""
+        terms = self.terms
+        return {
+            "scheme": SCHEME,
+            "network": self.network,
+            "asset": terms.token,
+            "amount": str(entry.amount),
+            "payTo": terms.owner,
+            "maxTimeoutSeconds": terms.max_timeout_seconds,
+            "extra": {"feePayer": terms.fee_payer, "memo": memo},
+        }
+
+    def requirements_v1(self, entry: OneTime, memo: str, request: Request) -> dict[str, Any]:
+        terms = self.terms
+        return {
+            "scheme": SCHEME,
+            "network": self.network_v1,
+            "maxAmountRequired": str(entry.amount),
+            "resource": request.url,
+            "description": "",
+            "mimeType": "",
+            "payTo": terms.owner,
+            "maxTimeoutSeconds": terms.max_timeout_seconds,
+            "asset": terms.token,
+            "extra": {"feePayer": terms.fee_payer, "memo": memo},
+        }
+
+    def payment_required(
+        self, request: Request, memos: list[tuple[OneTime, str]], error: str | None
+    ) -> dict[str, Any]:
+        """The `PAYMENT-REQUIRED` object: the one-time options under their memos."""
+        required: dict[str, Any] = {
+            "x402Version": 2,
+            "resource": {"url": request.url},
+            "accepts": [self.requirements(entry, memo) for entry, memo in memos],
+            "extensions": self._declaration,
+        }
+        if error:
+            required["error"] = error
+        return required
+
+    def payment_required_headers(
+        self, request: Request, memos: list[tuple[OneTime, str]], error: str | None
+    ) -> RawHeaders:
+        if not memos:
+            return []
+        value = encode_header(self.payment_required(request, memos, error))
+        return [(b"payment-required", value.encode()), (b"cache-control", b"no-store")]
+
+    # -- a payment -----------------------------------------------------------------------
+    async def admit(
+        self,
+        request: Request,
+        pricing: list[PricingEntry],
+        header: bytes,
+        version: int,
+        payment_required: PaymentRequiredFn,
+    ) -> Reply | Admit:
+        """Admits a request paying with x402 `version` (`header` is its payment header)."""
+        name = "PAYMENT-SIGNATURE" if version == 2 else "X-PAYMENT"
+        payload: PaymentPayload | PaymentPayloadV1
+        try:
+            data = decode_json(header.strip())
+            if version == 2:
+                payload = parse(PaymentPayload, data)
+                pid = payment_identifier(payload.extensions)
+            else:
+                payload, pid = parse(PaymentPayloadV1, data), None
+        except ProtocolError as e:
+            return Reply.json(400, {"error": "InvalidPaymentHeader", "message": f"{name}: {e}"})
+        # Looked up before verification: a resend may no longer verify once settled.
+        fingerprint = PaymentIds.fingerprint(data) if pid is not None else b""
+        if pid is not None and (
+            stored := self.payment_ids.begin(request.resource, pid, fingerprint)
+        ):
+            return stored
+        payment = _Payment(self, request, pricing, payment_required, version, data, pid)
+        try:
+            decision = await payment.check(payload.payload.transaction, payload)
+        except BaseException:
+            payment.abandon_id()
+            raise
+        if isinstance(decision, Reply):
+            payment.abandon_id()
+        return decision
+
+    async def settle(self, payment: _Payment) -> SettleResponse | Reply:
+        """Settles `payment` (already verified and claimed): its receipt, or the reply
+        that replaces the response when settling failed (the claim is released)."""
+        try:
+            receipt = await self.facilitator.settle(
+                payment.version, payment.data, payment.requirements
+            )
+        except FacilitatorUnavailable as e:
+            await payment.release()
+            return unavailable(e)
+        if not receipt.success:
+            await payment.release()
+            why = receipt.error_message or receipt.error_reason or "the facilitator did not settle"
+            reply = payment.refuse(receipt.error_reason or Reason.UNEXPECTED_SETTLE_ERROR, why)
+            reply.headers.extend(self.receipt_headers(receipt, payment.version))
+            return reply
+        return receipt
+
+    @staticmethod
+    def receipt_headers(receipt: SettleResponse, version: int) -> RawHeaders:
+        value = encode_header(receipt).encode()
+        headers = [(b"payment-response", value)]
+        if version == 1:
+            headers.append((b"x-payment-response", value))
+        return headers
+
+
+class _Payment:
+    """One x402 payment through the gate: its checks, its claim, its payment id."""
+
+    def __init__(
+        self,
+        server: X402Server,
+        request: Request,
+        pricing: list[PricingEntry],
+        payment_required: PaymentRequiredFn,
+        version: int,
+        data: dict[str, Any],
+        pid: str | None,
+    ) -> None:
+        self.server, self.request, self.pricing = server, request, pricing
+        self.payment_required, self.version, self.data, self.pid = (
+            payment_required,
+            version,
+            data,
+            pid,
+        )
+        self.requirements: dict[str, Any] = {}
+        self.entry: OneTime | None = None
+        self.claim: str | None = None
+
+    def refuse(self, reason: str, message: str) -> Reply:
+        return self.payment_required(self.request, self.pricing, "InvalidPayment", message, reason)
+
+    async def check(
+        self, transaction: str, payload: PaymentPayload | PaymentPayloadV1
+    ) -> Reply | Admit:
+        server, terms, resource = self.server, self.server.terms, self.request.resource
+        one_time = [e for e in self.pricing if isinstance(e, OneTime)]
+        try:
+            tx = VersionedTransaction.from_bytes(base64.b64decode(transaction, validate=True))
+        except (binascii.Error, ValueError):
+            return self.refuse(Reason.UNDECODABLE, "the payment's transaction could not be decoded")
+        keys = tx.message.account_keys
+        tx_memos = {
+            bytes(ix.data)
+            for ix in tx.message.instructions
+            if ix.program_id_index < len(keys) and keys[ix.program_id_index] == MEMO_PROGRAM
+        }
+        if isinstance(payload, PaymentPayload):
+            accepted = payload.accepted
+            memo = accepted.memo
+            entry = next((e for e in one_time if str(e.amount) == accepted.amount), None)
+            if entry is None:
+                asked = " or ".join(repr(str(e.amount)) for e in one_time)
+                return self.refuse(
+                    "no_matching_requirements",
+                    f"accepted.amount is {accepted.amount!r}; this gate asks for {asked}",
+                )
+            if memo is None:
+                return self.refuse(
+                    "no_matching_requirements",
+                    "accepted.extra.memo is missing: pay the terms of a fresh PAYMENT-REQUIRED",
+                )
+            expected = server.requirements(entry, memo)
+            if (differs := _mismatch(expected, accepted.to_json_dict())) is not None:
+                return self.refuse("no_matching_requirements", differs)
+            memo_terms = MemoTerms(resource, accepted.amount, terms.pay_to, terms.token)
+            if (stale := server.memos.check(memo, memo_terms)) is not None:
+                return self.refuse("no_matching_requirements", stale)
+            if memo.encode() not in tx_memos:
+                return self.refuse(Reason.MEMO_MISMATCH, "the transaction's memo is not extra.memo")
+            self.requirements = expected
+        else:
+            if payload.scheme != SCHEME:
+                return self.refuse(
+                    Reason.UNSUPPORTED_SCHEME, f"scheme {payload.scheme!r} is not offered"
+                )
+            if payload.network != server.network_v1:
+                why = f"the payment is on {payload.network}, this gate takes {server.network_v1}"
+                return self.refuse(Reason.NETWORK_MISMATCH, why)
+            found = _issued(server.memos, tx_memos, one_time, resource, terms)
+            if found is None:
+                why = f"the transaction carries no memo this gate issued for {resource}"
+                return self.refuse(Reason.MEMO_MISMATCH, why)
+            entry, memo = found
+            self.requirements = server.requirements_v1(entry, memo, self.request)
+        self.entry = entry
+        key = "x402:" + hashlib.sha256(to_bytes_versioned(tx.message)).hexdigest()
+        expires = int(time.time()) + server.memos.ttl_secs + CLAIM_MARGIN_SECS
+        if not await server.replay.claim(key, expires):
+            return self.refuse(Reason.DUPLICATE_SETTLEMENT, "this transaction was already used")
+        self.claim = key
+        try:
+            verdict = await server.facilitator.verify(self.version, self.data, self.requirements)
+        except FacilitatorUnavailable as e:
+            await self.release()
+            return unavailable(e)
+        except BaseException:
+            await self.release()
+            raise
+        if not verdict.is_valid:
+            await self.release()
+            reason = verdict.invalid_reason or "invalid_payment"
+            return self.refuse(reason, verdict.invalid_message or reason)
+        if entry.settle == "before":
+            receipt = await server.settle(self)
+            if isinstance(receipt, Reply):
+                return receipt
+            return _Paid(self, receipt)
+        return _Paid(self, None)
+
+    async def release(self) -> None:
+        if self.claim is not None:
+            key, self.claim = self.claim, None
+            await self.server.replay.release(key)
+
+    def abandon_id(self) -> None:
+        if self.pid is not None:
+            self.server.payment_ids.abandon(self.request.resource, self.pid)
+
+    def keep(self, status: int, headers: RawHeaders, body: bytes) -> None:
+        if self.pid is not None:
+            self.server.payment_ids.finish(self.request.resource, self.pid, status, headers, body)
+
+
+class _Paid(Admit):
+    """A verified payment whose handler runs: settles it (unless settled before) when the
+    handler starts answering below 400, and adds the receipt to the response."""
+
+    wants_start = True
+
+    def __init__(self, payment: _Payment, receipt: SettleResponse | None) -> None:
+        self.payment, self.receipt = payment, receipt
+        self.capture = payment.pid is not None
+        self.sent: RawHeaders = []
+
+    async def start(self, status: int, headers: RawHeaders) -> Reply | RawHeaders:
+        payment = self.payment
+        if self.receipt is None:
+            if status >= 400:  # not settled: the client keeps its money and its transaction
+                return []
+            result = await payment.server.settle(payment)
+            if isinstance(result, Reply):
+                return result
+            self.receipt = result
+        extra = X402Server.receipt_headers(self.receipt, payment.version)
+        self.sent = [*headers, *extra]
+        return extra
+
+    async def end(self, status: int | None, body: bytes | None) -> None:
+        payment = self.payment
+        if self.receipt is None:  # the handler failed or settling did: nothing was paid
+            await payment.release()
+            payment.abandon_id()
+        elif status is not None and body is not None and self.sent:
+            payment.keep(status, self.sent, body)
+        else:
+            payment.abandon_id()
+
+
+def unavailable(error: FacilitatorUnavailable) -> Reply:
+    log.warning("x402 facilitator unavailable: %s", error)
+    return Reply.json(
+        503,
+        {
+            "error": "FacilitatorUnavailable",
+            "message": f"the payment facilitator cannot be reached ({error}); retry shortly",
+        },
+        [(b"retry-after", str(RETRY_AFTER_SECS).encode())],
+    )
+
+
+def _mismatch(expected: dict[str, Any], accepted: dict[str, Any]) -> str | None:
+    """Which term of `accepted` differs from what this gate offers, or None."""
+    for field in ("scheme", "network", "asset", "amount", "payTo"):
+        if accepted.get(field) != expected[field]:
+            got, want = accepted.get(field), expected[field]
+            return f"accepted.{field} is {got!r}; this gate asks for {want!r}"
+    extra = accepted.get("extra") or {}
+    if extra.get("feePayer") != expected["extra"]["feePayer"]:
+        return (
+            f"accepted.extra.feePayer is not this gate's fee payer {expected['extra']['feePayer']}"
+        )
+    return None
+
+
+def _issued(
+    memos: Memos, tx_memos: set[bytes], one_time: list[OneTime], resource: str, terms: Terms
+) -> tuple[OneTime, str] | None:
+    """The one-time option and memo a v1 payment's transaction answers (v1 payloads do not
+    echo the terms: the memo this gate issued, bound to resource and price, names them)."""
+    for raw in tx_memos:
+        try:
+            memo = raw.decode()
+        except UnicodeDecodeError:
+            continue
+        for entry in one_time:
+            if (
+                memos.check(memo, MemoTerms(resource, str(entry.amount), terms.pay_to, terms.token))
+                is None
+            ):
+                return entry, memo
+    return None

@@ -2,12 +2,16 @@
 
 It starts its own local validator, facilitator and resource server (on free ports, with
 their files in a temporary directory), walks a paying client through the three flows, and
-stops everything it started; the analytics chart is left in --out.
+stops everything it started; the analytics chart is left in --out. With --json the
+narration goes to stderr and stdout gets one JSON object at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import sys
 from pathlib import Path
 
 from svcpay import demo
@@ -18,7 +22,15 @@ NAME = "demo"
 
 
 def handle(args: argparse.Namespace) -> int:
-    return demo.run(args.out)
+    if not args.json:
+        return demo.run(args.out)
+    # The walkthrough's narration goes to stderr; stdout carries one JSON object.
+    with contextlib.redirect_stdout(sys.stderr):
+        code = demo.run(args.out)
+    chart = args.out / "analytics.png"
+    data = {"ok": code == 0, "exitCode": code, "chart": str(chart) if chart.exists() else None}
+    print(json.dumps(data))
+    return code
 
 
 def register(subparsers: Subparsers) -> None:
@@ -40,4 +52,10 @@ def register(subparsers: Subparsers) -> None:
         default=DEFAULT_OUT,
         metavar="DIR",
         help=f"where the analytics chart is written (default: {DEFAULT_OUT})",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help='narrate on stderr; print {"ok", "exitCode", "chart"} on stdout at the end',
     )

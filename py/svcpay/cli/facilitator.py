@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from svcpay.cli._common import (
-    DEFAULT_KEYPAIR,
     CliError,
     Subparsers,
     UsageError,
@@ -52,7 +51,7 @@ def config(args: argparse.Namespace, *, need_keypair: bool = True) -> Facilitato
         env["SVCPAY_DATABASE_URL"] = args.database
         env.pop("SVCPAY_DATABASE_URL_FILE", None)
     env["SVCPAY_RPC_URL"] = args.url  # its default is $SVCPAY_RPC_URL
-    given = args.keypair != (os.environ.get("SVCPAY_KEYPAIR") or DEFAULT_KEYPAIR)
+    given = getattr(args, "keypair_source", "option") == "option"
     if given or not (
         env.get("SVCPAY_FACILITATOR_KEYPAIR") or env.get("SVCPAY_FACILITATOR_KEYPAIR_JSON")
     ):
@@ -269,23 +268,40 @@ def analytics_cmd(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"cannot write the chart to {chart}: {e.strerror}; give --chart a writable path"
             ) from None
+    lines = analytics_lines(data, args.provider)
+    if args.chart:
+        lines.append(f"chart: {args.chart}")
+    emit(args, {**data, "chart": args.chart}, lines)
+    return 0
+
+
+def analytics_lines(data: dict[str, Any], provider: str | None) -> list[str]:
+    """The report as rows of text: totals, each mode, plan and provider, then the days with
+    activity (amounts in base units, as the API gives them)."""
     totals = data["totals"]
-    lines = [
-        f"{data['from']} to {data['to']}"
-        + (f", provider {args.provider}" if args.provider else ""),
-        *table(
-            [
-                ("volume", totals["volume"]),
-                ("payments", totals["payments"]),
-                *((f"  {mode}", amount) for mode, amount in totals["byMode"].items()),
-                ("active subscriptions", data["subscriptions"]["active"]),
-                ("new", data["subscriptions"]["new"]),
-                ("churned", data["subscriptions"]["churned"]),
-                ("recurring revenue (30 days)", data["recurringRevenue"]["monthly"]),
-            ]
+
+    def paid(row: dict[str, Any]) -> str:
+        return f"{row['volume']} in {row['payments']} payment{'s' * (row['payments'] != 1)}"
+
+    rows: list[tuple[str, object]] = [
+        ("volume", paid(totals)),
+        *((f"  {mode}", paid(row)) for mode, row in totals["byMode"].items()),
+        ("active subscriptions", data["subscriptions"]["active"]),
+        ("new", data["subscriptions"]["new"]),
+        ("churned", data["subscriptions"]["churned"]),
+        ("recurring revenue (30 days)", data["recurringRevenue"]["monthly"]),
+        *((f"plan {row['plan']}", paid(row)) for row in data.get("byPlan", [])),
+        *(
+            (f"provider {row['name'] or row['provider'] or '(none)'}", paid(row))
+            for row in data.get("byProvider", [])
         ),
+    ]
+    header = f"{'date':10}  {'volume':>14}  {'payments':>8}  {'new':>4}  {'churned':>7}"
+    return [
+        f"{data['from']} to {data['to']}" + (f", provider {provider}" if provider else ""),
+        *table(rows),
         "",
-        f"{'date':10}  {'volume':>14}  {'payments':>8}  {'new':>4}  {'churned':>7}",
+        header,
         *(
             f"{d['date']:10}  {d['volume']:>14}  {d['payments']:>8}  "
             f"{d['newSubscriptions']:>4}  {d['churned']:>7}"
@@ -293,10 +309,6 @@ def analytics_cmd(args: argparse.Namespace) -> int:
             if d["payments"] or d["newSubscriptions"] or d["churned"]
         ),
     ]
-    if args.chart:
-        lines.append(f"chart: {args.chart}")
-    emit(args, {**data, "chart": args.chart}, lines)
-    return 0
 
 
 def register(subparsers: Subparsers) -> None:

@@ -3,6 +3,8 @@
     svcpay localnet                      run the local validator with svc_billing loaded
     svcpay program deploy|upgrade|show   put the svc_billing program on a cluster
     svcpay keys create|show|airdrop      keypair files (Solana CLI format)
+    svcpay token create-mint|mint|account|balance
+                                         SPL tokens to test with
     svcpay plan create|list|show|deprecate
     svcpay subscribe PLAN                subscribe (first period charged at once)
     svcpay subscription show|pause|resume|cancel SUB
@@ -47,7 +49,17 @@ import traceback
 from collections.abc import Sequence
 from types import ModuleType
 
-from svcpay.cli import demo, facilitator, keys, localnet, pay, plan, program, subscription
+from svcpay.cli import (
+    demo,
+    facilitator,
+    keys,
+    localnet,
+    pay,
+    plan,
+    program,
+    subscription,
+    token,
+)
 from svcpay.cli._common import (
     EXIT_CODES,
     EXIT_FAILED,
@@ -64,6 +76,7 @@ COMMANDS: list[ModuleType] = [
     localnet,
     program,
     keys,
+    token,
     plan,
     subscription,
     pay,

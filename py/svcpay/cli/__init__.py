@@ -121,7 +121,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(args_list)
     except SystemExit as e:  # --help (0) or a usage error (2), already printed
-        return e.code if isinstance(e.code, int) else EXIT_USAGE
+        code = e.code if isinstance(e.code, int) else EXIT_USAGE
+        if code == EXIT_USAGE and "--json" in args_list:
+            message = CliParser.last_error
+            print(json.dumps({"error": "UsageError", "message": message, "exitCode": code}))
+        return code
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)

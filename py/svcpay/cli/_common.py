@@ -52,6 +52,7 @@ exit codes:
 DEFAULT_RPC_URL = "http://127.0.0.1:8899"
 DEFAULT_KEYPAIR = "~/.config/solana/id.json"
 MINT_SIZE = 82
+TOKEN_ACCOUNT_SIZE = 165
 HELP_WIDTH = 88
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -92,8 +93,11 @@ class PaymentDeclined(CliError):
 class CliParser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line (and exit 2, as argparse's do)."""
 
+    last_error = ""  # the message of the latest usage error, for `--json`
+
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+        CliParser.last_error = f"{message} (see `{self.prog} --help`)"
+        self.exit(EXIT_USAGE, f"{self.prog}: {CliParser.last_error}\n")
 
 
 # -- the Solana CLI's conventions ---------------------------------------------------------
@@ -429,12 +433,62 @@ async def mint_decimals(rpc: AsyncClient, mint: Pubkey) -> int:
     return data[44]
 
 
-async def require_token_account(rpc: AsyncClient, account: Pubkey, what: str) -> None:
-    info = (await rpc.get_account_info(account, Confirmed)).value
+@dataclass(frozen=True)
+class TokenAccount:
+    address: Pubkey
+    mint: Pubkey
+    owner: Pubkey
+    amount: int
+
+
+async def fetch_token_account(
+    rpc: AsyncClient, address: Pubkey, what: str = "token account"
+) -> TokenAccount | None:
+    """The SPL token account at `address`, None when there is no account; NotFound when the
+    account is something else (a mint, a wallet)."""
+    info = (await rpc.get_account_info(address, Confirmed)).value
     if info is None:
-        raise NotFound(f"{what} {account} does not exist: create it (and fund it) first")
-    if info.owner != TOKEN_PROGRAM_ID:
-        raise NotFound(f"{what} {account} is not an SPL token account")
+        return None
+    data = bytes(info.data)
+    if info.owner != TOKEN_PROGRAM_ID or len(data) != TOKEN_ACCOUNT_SIZE:
+        kind = "a mint" if len(data) == MINT_SIZE else "not an SPL token account"
+        raise NotFound(f"{what} {address} is {kind}: pass a token account (`svcpay token account`)")
+    return TokenAccount(
+        address,
+        mint=Pubkey.from_bytes(data[0:32]),
+        owner=Pubkey.from_bytes(data[32:64]),
+        amount=int.from_bytes(data[64:72], "little"),
+    )
+
+
+async def check_token_account(
+    rpc: AsyncClient,
+    address: Pubkey,
+    *,
+    what: str,
+    mint: Pubkey | None = None,
+    owner: Pubkey | None = None,
+) -> TokenAccount:
+    """The token account `address`, checked to exist and to be of `mint` and `owner`."""
+    account = await fetch_token_account(rpc, address, what)
+    if account is None:
+        raise NotFound(f"{what} {address} does not exist: create it (`svcpay token account`)")
+    if mint is not None and account.mint != mint:
+        raise UsageError(f"{what} {address} holds mint {account.mint}, not {mint}")
+    if owner is not None and account.owner != owner:
+        raise UsageError(f"{what} {address} belongs to {account.owner}, not {owner}")
+    return account
+
+
+async def require_token_account(
+    rpc: AsyncClient,
+    account: Pubkey,
+    what: str,
+    *,
+    mint: Pubkey | None = None,
+    owner: Pubkey | None = None,
+) -> None:
+    await check_token_account(rpc, account, what=what, mint=mint, owner=owner)
 
 
 def stderr(line: str) -> None:

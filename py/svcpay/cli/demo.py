@@ -15,13 +15,15 @@ import sys
 from pathlib import Path
 
 from svcpay import demo
-from svcpay.cli._common import Subparsers, command
+from svcpay.cli._common import Subparsers, UsageError, command
 from svcpay.demo import DEFAULT_OUT
 
 NAME = "demo"
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"--out {args.out} is a file: give a directory for the chart")
     if not args.json:
         return demo.run(args.out)
     # The walkthrough's narration goes to stderr; stdout carries one JSON object.

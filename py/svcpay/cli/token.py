@@ -24,14 +24,17 @@ from spl.token.models import InitializeMint2Params, MintToCheckedParams
 
 from svcpay.cli._common import (
     MINT_SIZE,
+    TOKEN_ACCOUNT_SIZE,
     CliError,
     NotFound,
     Subparsers,
     UsageError,
     amount_arg,
     billing_client,
+    check_token_account,
     command,
     emit,
+    fetch_token_account,
     format_units,
     load_signer,
     pubkey_arg,
@@ -42,8 +45,6 @@ from svcpay.cli._common import (
 )
 from svcpay.keys import load_keypair
 
-TOKEN_ACCOUNT_SIZE = 165
-
 
 @dataclass(frozen=True)
 class MintInfo:
@@ -51,14 +52,6 @@ class MintInfo:
     decimals: int
     supply: int
     authority: Pubkey | None
-
-
-@dataclass(frozen=True)
-class TokenAccount:
-    address: Pubkey
-    mint: Pubkey
-    owner: Pubkey
-    amount: int
 
 
 async def fetch_mint(rpc: AsyncClient, address: Pubkey) -> MintInfo:
@@ -77,43 +70,6 @@ async def fetch_mint(rpc: AsyncClient, address: Pubkey) -> MintInfo:
         supply=int.from_bytes(data[36:44], "little"),
         authority=Pubkey.from_bytes(data[4:36]) if has_authority else None,
     )
-
-
-async def fetch_token_account(rpc: AsyncClient, address: Pubkey) -> TokenAccount | None:
-    """The SPL token account at `address`, None when there is no account; NotFound when the
-    account is something else (a mint, a wallet)."""
-    info = (await rpc.get_account_info(address, Confirmed)).value
-    if info is None:
-        return None
-    data = bytes(info.data)
-    if info.owner != TOKEN_PROGRAM_ID or len(data) != TOKEN_ACCOUNT_SIZE:
-        what = "a mint" if len(data) == MINT_SIZE else "not an SPL token account"
-        raise NotFound(f"{address} is {what}: pass a token account (`svcpay token account`)")
-    return TokenAccount(
-        address,
-        mint=Pubkey.from_bytes(data[0:32]),
-        owner=Pubkey.from_bytes(data[32:64]),
-        amount=int.from_bytes(data[64:72], "little"),
-    )
-
-
-async def check_token_account(
-    rpc: AsyncClient,
-    address: Pubkey,
-    *,
-    what: str,
-    mint: Pubkey | None = None,
-    owner: Pubkey | None = None,
-) -> TokenAccount:
-    """The token account `address`, checked to exist and to be of `mint` and `owner`."""
-    account = await fetch_token_account(rpc, address)
-    if account is None:
-        raise NotFound(f"{what} {address} does not exist: create it (`svcpay token account`)")
-    if mint is not None and account.mint != mint:
-        raise UsageError(f"{what} {address} holds mint {account.mint}, not {mint}")
-    if owner is not None and account.owner != owner:
-        raise UsageError(f"{what} {address} belongs to {account.owner}, not {owner}")
-    return account
 
 
 async def _recipient(rpc: AsyncClient, to: Pubkey, mint: Pubkey) -> tuple[Pubkey, Pubkey]:

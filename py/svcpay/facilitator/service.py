@@ -12,8 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
+import httpx
+from solana.exceptions import SolanaRpcException
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solders.pubkey import Pubkey
@@ -30,6 +33,11 @@ from svcpay.program.client import BillingClient
 
 log = logging.getLogger("svcpay.facilitator")
 RECOVERY_INTERVAL_SECS = 30.0
+# solana-py's transport (httpx2 since 0.41) raises its own classes with httpx's names.
+TRANSPORT_ERRORS = frozenset(
+    {"ConnectError", "ConnectTimeout", "ReadTimeout", "ReadError", "WriteError", "PoolTimeout",
+     "RemoteProtocolError", "NetworkError", "TimeoutException", "TransportError"}
+)  # fmt: skip
 
 
 class Facilitator:
@@ -101,8 +109,9 @@ class Facilitator:
             ("crank", self.config.crank_interval_secs, self.crank_once),
             ("indexer", self.config.indexer_interval_secs, self.index_once),
         ]
+        rpc = RpcState()
         tasks = [
-            asyncio.create_task(_every(name, interval, work, stop))
+            asyncio.create_task(_every(name, interval, work, stop, rpc))
             for name, interval, work in loops
             if interval > 0
         ]
@@ -115,13 +124,57 @@ class Facilitator:
         await self.store.close()
 
 
+def rpc_unreachable(e: BaseException) -> str | None:
+    """Why the RPC node could not be reached, or None when `e` is something else (a bug, an
+    answer the node gave)."""
+    cause = (e.__cause__ or e.__context__) if isinstance(e, SolanaRpcException) else e
+    if isinstance(cause, httpx.TransportError | OSError | TimeoutError) or (
+        cause is not None and type(cause).__name__ in TRANSPORT_ERRORS
+    ):
+        return f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+    return None
+
+
+class RpcState:
+    """The RPC node's reachability as the background loops see it: one warning when it goes
+    down, one when it is back, nothing per failed attempt in between."""
+
+    def __init__(self) -> None:
+        self.down_since: float | None = None
+
+    def unreachable(self, reason: str) -> None:
+        if self.down_since is None:
+            self.down_since = time.monotonic()
+            log.warning("rpc unreachable: %s (background work retries until it is back)", reason)
+
+    def reachable(self) -> None:
+        if self.down_since is not None:
+            log.warning("rpc back after %.0f s", time.monotonic() - self.down_since)
+            self.down_since = None
+
+
 async def _every(
-    name: str, interval: float, work: Callable[[], Awaitable[object]], stop: asyncio.Event
+    name: str,
+    interval: float,
+    work: Callable[[], Awaitable[object]],
+    stop: asyncio.Event,
+    rpc: RpcState | None = None,
 ) -> None:
+    rpc = rpc or RpcState()
+    failed_on_rpc = False
     while not stop.is_set():
         try:
             await work()
-        except Exception:  # each pass starts over from durable state; log, wait, retry
-            log.exception("%s pass failed", name)
+        except Exception as e:  # each pass starts over from durable state; log, wait, retry
+            reason = rpc_unreachable(e)
+            if reason is None:
+                log.exception("%s pass failed", name)
+            else:
+                failed_on_rpc = True
+                rpc.unreachable(reason)
+        else:
+            if failed_on_rpc:  # this loop reached the node again
+                failed_on_rpc = False
+                rpc.reachable()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval)

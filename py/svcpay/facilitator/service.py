@@ -15,8 +15,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-import httpx
-from solana.exceptions import SolanaRpcException
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solders.pubkey import Pubkey
@@ -30,14 +28,10 @@ from svcpay.facilitator.store import Store
 from svcpay.facilitator.usage import UsageReporter
 from svcpay.facilitator.webhooks import Deliverer, host_of
 from svcpay.program.client import BillingClient
+from svcpay.rpc_errors import rpc_unreachable
 
 log = logging.getLogger("svcpay.facilitator")
 RECOVERY_INTERVAL_SECS = 30.0
-# solana-py's transport (httpx2 since 0.41) raises its own classes with httpx's names.
-TRANSPORT_ERRORS = frozenset(
-    {"ConnectError", "ConnectTimeout", "ReadTimeout", "ReadError", "WriteError", "PoolTimeout",
-     "RemoteProtocolError", "NetworkError", "TimeoutException", "TransportError"}
-)  # fmt: skip
 
 
 class Facilitator:
@@ -122,17 +116,6 @@ class Facilitator:
         await self.deliverer.aclose()
         await self.rpc.close()
         await self.store.close()
-
-
-def rpc_unreachable(e: BaseException) -> str | None:
-    """Why the RPC node could not be reached, or None when `e` is something else (a bug, an
-    answer the node gave)."""
-    cause = (e.__cause__ or e.__context__) if isinstance(e, SolanaRpcException) else e
-    if isinstance(cause, httpx.TransportError | OSError | TimeoutError) or (
-        cause is not None and type(cause).__name__ in TRANSPORT_ERRORS
-    ):
-        return f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
-    return None
 
 
 class RpcState:

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from solders.pubkey import Pubkey
 
+from svcpay.gate.chain import SubscriptionsUnavailable
 from svcpay.gate.pricing import OneTime, PricingEntry, Subscription, Terms, build_payment_required
 from svcpay.protocol.headers import MAX_HEADER_BYTES, SCHEME_EXACT
 from svcpay.protocol.memo import Memos
@@ -202,7 +203,13 @@ class PaymentGate:
                 },
             )
             return
-        view = await self.subscriptions.lookup(sub_id)
+        try:
+            view = await self.subscriptions.lookup(sub_id)
+        except SubscriptionsUnavailable as e:  # the chain is unreadable: retry, never a 500
+            body = {"error": "ChainUnavailable", "message": f"cannot check the subscription: "
+                    f"{e.reason}; retry in {e.retry_after} s"}  # fmt: skip
+            await _json(send, 503, body, ((b"retry-after", str(e.retry_after).encode()),))
+            return
         entry = next(
             (e for e in pricing if isinstance(e, Subscription) and view and e.plan == view.plan),
             None,
@@ -331,9 +338,12 @@ def _under(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith(prefix.rstrip("/") + "/")
 
 
-async def _json(send: Send, status: int, body: dict[str, Any]) -> None:
+async def _json(
+    send: Send, status: int, body: dict[str, Any], extra: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
     data = json.dumps(body).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    headers += list(extra)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data})
 

@@ -60,7 +60,10 @@ class Cli:
 
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Never the user's keypair or RPC: defaults point at nothing."""
+    """Never the user's keypair, RPC or Solana CLI config: defaults point at nothing."""
+    from svcpay.cli import _common
+
+    monkeypatch.setattr(_common, "SOLANA_CONFIG", tmp_path / "no-solana-config.yml")
     monkeypatch.setenv("SVCPAY_KEYPAIR", str(tmp_path / "no-default-keypair.json"))
     monkeypatch.delenv("SVCPAY_RPC_URL", raising=False)
     monkeypatch.delenv("SVCPAY_FACILITATOR_URL", raising=False)

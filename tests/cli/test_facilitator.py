@@ -29,7 +29,7 @@ def test_migrate_then_provider_create_prints_a_working_key_once(
     plan = str(Keypair().pubkey())
 
     made = offline_cli.ok(
-        "facilitator", "provider", "create", "acme", "--plan", plan, "--database", db
+        "facilitator", "provider", "create", "acme", "--plan", plan, "--database", db, "--no-check"
     )
 
     assert made["apiKey"].startswith("svc_") and made["name"] == "acme"
@@ -42,10 +42,19 @@ def test_migrate_then_provider_create_prints_a_working_key_once(
         str(Keypair().pubkey()),  # an address of its own (not the plan's with a digit changed)
         "--database",
         db,
+        "--no-check",
     )
     assert {r["kind"] for r in added["resources"]} == {"plan", "payTo"}
     missing = offline_cli(
-        "facilitator", "provider", "add", "prov_nope", "--plan", plan, "--database", db
+        "facilitator",
+        "provider",
+        "add",
+        "prov_nope",
+        "--plan",
+        plan,
+        "--database",
+        db,
+        "--no-check",
     )
     assert missing.code == 3 and "no provider" in missing.err
 
@@ -130,3 +139,65 @@ def test_crank_collects_the_registered_plans_due_subscriptions(
     assert run.json["collected"] == str(3 * USDC)
     assert "billing run: 3/3 due subscriptions handled" in run.err  # progress
     assert int(chain.token_state(destination)["amount"]) == 6 * USDC
+
+
+def test_provider_list_and_revoke(offline_cli: Cli, tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'f.db'}"
+    assert "no providers" in offline_cli("facilitator", "provider", "list", "--database", db).out
+    pay_to = str(Keypair().pubkey())
+    made = offline_cli.ok("facilitator", "provider", "create", "acme", "--pay-to", pay_to,
+                          "--database", db, "--no-check")  # fmt: skip
+    listed = offline_cli.ok("facilitator", "provider", "list", "--database", db)["providers"]
+    assert [(p["id"], p["name"]) for p in listed] == [(made["provider"], "acme")]
+    assert listed[0]["resources"] == [{"kind": "payTo", "address": pay_to}]
+    assert [k["id"] for k in listed[0]["keys"]] == [made["keyId"]]
+    assert (
+        made["apiKey"] not in offline_cli("facilitator", "provider", "list", "--database", db).out
+    )
+
+    revoked = offline_cli.ok(
+        "facilitator", "provider", "revoke", made["provider"], "--database", db
+    )
+    assert revoked["revoked"] == 1
+    listed = offline_cli.ok("facilitator", "provider", "list", "--database", db)["providers"]
+    assert listed[0]["keys"][0]["revokedAt"] is not None
+    again = offline_cli(
+        "facilitator", "provider", "revoke", "--key", made["keyId"], "--database", db
+    )
+    assert again.code == 3 and "no live API key" in again.err
+    nobody = offline_cli("facilitator", "provider", "revoke", "prov_nope", "--database", db)
+    assert nobody.code == 3
+
+
+def test_provider_accounts_are_checked_against_the_chain(
+    cli: Cli, chain: Chain, tmp_path: Path
+) -> None:
+    db = f"sqlite:///{tmp_path / 'f.db'}"
+    mint = chain.create_mint()
+    account = chain.token_account(Keypair().pubkey(), mint)
+    as_plan = cli("facilitator", "provider", "create", "acme", "--plan", str(account),
+                  "--database", db)  # fmt: skip
+    assert as_plan.code == 3 and f"no plan at {account}" in as_plan.err
+    as_pay_to = cli("facilitator", "provider", "create", "acme", "--pay-to", str(mint),
+                    "--database", db)  # fmt: skip
+    assert as_pay_to.code == 3 and f"--pay-to {mint} is a mint" in as_pay_to.err
+    ok = cli.ok("facilitator", "provider", "create", "acme", "--pay-to", str(account),
+                "--database", db)  # fmt: skip
+    assert ok["name"] == "acme"
+
+
+def test_plan_create_refuses_a_destination_of_another_mint(
+    cli: Cli, chain: Chain, tmp_path: Path
+) -> None:
+    provider = chain.funded_keypair()
+    mint, other = chain.create_mint(), chain.create_mint()
+    wrong = chain.token_account(provider.pubkey(), other)
+    key = keyfile(tmp_path, provider)
+    result = cli("plan", "create", "--plan-id", "1", "--mint", str(mint), "--amount", "1",
+                 "--period", "30d", "--destination", str(wrong),
+                 "-k", key)  # fmt: skip
+    assert result.code == 2 and f"holds mint {other}, not {mint}" in result.err
+    swapped = cli("plan", "create", "--plan-id", "1", "--mint", str(wrong), "--amount", "1",
+                  "--period", "30d", "--destination", str(mint),
+                  "-k", key)  # fmt: skip
+    assert swapped.code == 3 and "not an SPL Token mint" in swapped.err

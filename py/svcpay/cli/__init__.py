@@ -3,6 +3,8 @@
     svcpay localnet                      run the local validator with svc_billing loaded
     svcpay program deploy|upgrade|show   put the svc_billing program on a cluster
     svcpay keys create|show|airdrop      keypair files (Solana CLI format)
+    svcpay token create-mint|mint|account|balance
+                                         SPL tokens to test with
     svcpay plan create|list|show|deprecate
     svcpay subscribe PLAN                subscribe (first period charged at once)
     svcpay subscription show|pause|resume|cancel SUB
@@ -14,9 +16,12 @@
 
 `svcpay --version` prints the installed package's version.
 
-Global options (before or after the command): `--url` (RPC URL; default $SVCPAY_RPC_URL or
-http://127.0.0.1:8899), `--keypair` (default $SVCPAY_KEYPAIR or ~/.config/solana/id.json)
-and `--json` (one JSON object on stdout instead of text). Amounts are token units scaled by
+Global options (before or after the command), as the Solana CLI has them: `-u/--url` (an RPC
+URL or a moniker: mainnet-beta, devnet, testnet, localhost, or m, d, t, l), `-k/--keypair`
+(default for both: $SVCPAY_RPC_URL / $SVCPAY_KEYPAIR, else the Solana CLI's
+~/.config/solana/cli/config.yml, else http://127.0.0.1:8899 and ~/.config/solana/id.json),
+`--json` (one JSON object on stdout instead of text) and `-v/--verbose` (an error's
+traceback; otherwise an error is one line on stderr). Amounts are token units scaled by
 the mint's decimals (`9.99`) or base units with a `u` suffix (`9990000u`); durations are
 `30d`, `12h`, `90m`, `3600s`, `1w` or combinations (`1d12h`).
 
@@ -40,16 +45,28 @@ import importlib.metadata
 import json
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from types import ModuleType
 
-from svcpay.cli import demo, facilitator, keys, localnet, pay, plan, program, subscription
+from svcpay.cli import (
+    demo,
+    facilitator,
+    keys,
+    localnet,
+    pay,
+    plan,
+    program,
+    subscription,
+    token,
+)
 from svcpay.cli._common import (
     EXIT_CODES,
     EXIT_FAILED,
     EXIT_USAGE,
     CliParser,
     add_global_options,
+    resolve_defaults,
     stderr,
 )
 from svcpay.cli._errors import describe
@@ -59,6 +76,7 @@ COMMANDS: list[ModuleType] = [
     localnet,
     program,
     keys,
+    token,
     plan,
     subscription,
     pay,
@@ -103,25 +121,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(args_list)
     except SystemExit as e:  # --help (0) or a usage error (2), already printed
-        return e.code if isinstance(e.code, int) else EXIT_USAGE
+        code = e.code if isinstance(e.code, int) else EXIT_USAGE
+        if code == EXIT_USAGE and "--json" in args_list:
+            message = CliParser.last_error
+            print(json.dumps({"error": "UsageError", "message": message, "exitCode": code}))
+        return code
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    verbose = bool(getattr(args, "verbose", False) or os.environ.get("SVCPAY_DEBUG"))
     try:
+        resolve_defaults(args)
         return int(handler(args))
     except KeyboardInterrupt:
         stderr("svcpay: interrupted")
         return 130
     except Exception as e:
-        if os.environ.get("SVCPAY_DEBUG"):
-            raise
         known = describe(e, args)
         if known is None:
             code, name = EXIT_FAILED, type(e).__name__
-            message = f"unexpected {name}: {e} (SVCPAY_DEBUG=1 shows the traceback)"
+            message = f"unexpected {name}: {e} (--verbose shows the traceback)"
         else:
             code, name, message = known
+        if verbose:
+            traceback.print_exc()
         stderr(f"svcpay: {message}")
         if getattr(args, "json", False):
             print(json.dumps({"error": name, "message": message, "exitCode": code}))

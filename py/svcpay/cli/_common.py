@@ -21,7 +21,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
+from pathlib import Path
 from typing import Any, NoReturn, TypeAlias, TypeVar
+from urllib.parse import urlparse
 
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
@@ -50,6 +52,7 @@ exit codes:
 DEFAULT_RPC_URL = "http://127.0.0.1:8899"
 DEFAULT_KEYPAIR = "~/.config/solana/id.json"
 MINT_SIZE = 82
+TOKEN_ACCOUNT_SIZE = 165
 HELP_WIDTH = 88
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -90,37 +93,133 @@ class PaymentDeclined(CliError):
 class CliParser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line (and exit 2, as argparse's do)."""
 
+    last_error = ""  # the message of the latest usage error, for `--json`
+
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+        CliParser.last_error = f"{message} (see `{self.prog} --help`)"
+        self.exit(EXIT_USAGE, f"{self.prog}: {CliParser.last_error}\n")
+
+
+# -- the Solana CLI's conventions ---------------------------------------------------------
+# The Solana CLI's URL monikers (`solana config set --url`): long names and their initials.
+MONIKERS = {
+    "mainnet-beta": "https://api.mainnet-beta.solana.com",
+    "devnet": "https://api.devnet.solana.com",
+    "testnet": "https://api.testnet.solana.com",
+    "localhost": "http://localhost:8899",
+}
+MONIKERS.update({name[0]: url for name, url in MONIKERS.items()})
+SOLANA_CONFIG = Path("~/.config/solana/cli/config.yml")
+
+
+def url_arg(text: str) -> str:
+    """An RPC URL, or a Solana moniker (mainnet-beta, devnet, testnet, localhost, m, d, t, l)."""
+    text = text.strip()
+    if text.lower() in MONIKERS:
+        return MONIKERS[text.lower()]
+    parsed = urlparse(text)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise argparse.ArgumentTypeError(
+            f"not an RPC URL or moniker: {text!r} (give http(s)://HOST:PORT or one of "
+            "mainnet-beta, devnet, testnet, localhost, m, d, t, l)"
+        )
+    return text
+
+
+def solana_cli_config(path: Path | None = None) -> dict[str, str]:
+    """The top-level `key: value` pairs of the Solana CLI's config file ({} when absent or
+    unreadable). A flat YAML subset is all the file holds at the top level; nested blocks
+    (address_labels) are skipped."""
+    where = (path or SOLANA_CONFIG).expanduser()
+    try:
+        text = where.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line or line[0] in " \t#-" or ":" not in line:
+            continue
+        key, _, value = line.partition(":")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        if value and value not in ("~", "null"):
+            values[key.strip()] = value
+    return values
+
+
+def resolve_defaults(args: argparse.Namespace) -> None:
+    """Fills --url and --keypair left unset: $SVCPAY_RPC_URL / $SVCPAY_KEYPAIR, then the
+    Solana CLI config file's json_rpc_url / keypair_path, then svcpay's defaults. Records where
+    the keypair came from in `args.keypair_source` (option, env, solana-config, default)."""
+    config: dict[str, str] | None = None
+
+    def solana(key: str) -> str | None:
+        nonlocal config
+        if config is None:
+            config = solana_cli_config()
+        return config.get(key)
+
+    if getattr(args, "url", None) is None:
+        env = os.environ.get("SVCPAY_RPC_URL")
+        given = env or solana("json_rpc_url")
+        try:
+            args.url = url_arg(given) if given else DEFAULT_RPC_URL
+        except argparse.ArgumentTypeError as e:
+            where = "$SVCPAY_RPC_URL" if env else str(SOLANA_CONFIG)
+            raise UsageError(f"{where}: {e}") from None
+    if getattr(args, "keypair", None) is None:
+        for source, value in (
+            ("env", os.environ.get("SVCPAY_KEYPAIR")),
+            ("solana-config", solana("keypair_path")),
+            ("default", DEFAULT_KEYPAIR),
+        ):
+            if value:
+                args.keypair, args.keypair_source = value, source
+                break
+    else:
+        args.keypair_source = getattr(args, "keypair_source", "option")
 
 
 def add_global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
-    """--url, --keypair and --json. The top-level parser holds the defaults (read from the
-    environment when `main` runs); subcommands accept the same options after their name
-    without overriding what was given before it."""
+    """-u/--url, -k/--keypair, --json and -v/--verbose. The top-level parser holds the
+    defaults (None for --url and --keypair: `resolve_defaults` fills them once parsed);
+    subcommands accept the same options after their name without overriding what was given
+    before it."""
 
     def default(value: object) -> object:
         return value if defaults else argparse.SUPPRESS
 
     group = parser.add_argument_group("global options")
     group.add_argument(
+        "-u",
         "--url",
-        metavar="RPC_URL",
-        default=default(os.environ.get("SVCPAY_RPC_URL") or DEFAULT_RPC_URL),
-        help=f"Solana JSON-RPC URL (default: $SVCPAY_RPC_URL or {DEFAULT_RPC_URL})",
+        metavar="URL_OR_MONIKER",
+        type=url_arg,
+        default=default(None),
+        help="JSON-RPC URL or moniker: mainnet-beta, devnet, testnet, localhost (m, d, t, l); "
+        f"default: $SVCPAY_RPC_URL, json_rpc_url in {SOLANA_CONFIG}, or {DEFAULT_RPC_URL}",
     )
     group.add_argument(
+        "-k",
         "--keypair",
         metavar="PATH",
-        default=default(os.environ.get("SVCPAY_KEYPAIR") or DEFAULT_KEYPAIR),
-        help=f"signer's keypair file, Solana CLI format (default: $SVCPAY_KEYPAIR or "
-        f"{DEFAULT_KEYPAIR})",
+        default=default(None),
+        help="signer's keypair file, Solana CLI format (default: $SVCPAY_KEYPAIR, "
+        f"keypair_path in {SOLANA_CONFIG}, or {DEFAULT_KEYPAIR})",
     )
     group.add_argument(
         "--json",
         action="store_true",
         default=default(False),
         help="print one machine-readable JSON object on stdout",
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default(False),
+        help="on an error, show its traceback too",
     )
 
 
@@ -334,12 +433,62 @@ async def mint_decimals(rpc: AsyncClient, mint: Pubkey) -> int:
     return data[44]
 
 
-async def require_token_account(rpc: AsyncClient, account: Pubkey, what: str) -> None:
-    info = (await rpc.get_account_info(account, Confirmed)).value
+@dataclass(frozen=True)
+class TokenAccount:
+    address: Pubkey
+    mint: Pubkey
+    owner: Pubkey
+    amount: int
+
+
+async def fetch_token_account(
+    rpc: AsyncClient, address: Pubkey, what: str = "token account"
+) -> TokenAccount | None:
+    """The SPL token account at `address`, None when there is no account; NotFound when the
+    account is something else (a mint, a wallet)."""
+    info = (await rpc.get_account_info(address, Confirmed)).value
     if info is None:
-        raise NotFound(f"{what} {account} does not exist: create it (and fund it) first")
-    if info.owner != TOKEN_PROGRAM_ID:
-        raise NotFound(f"{what} {account} is not an SPL token account")
+        return None
+    data = bytes(info.data)
+    if info.owner != TOKEN_PROGRAM_ID or len(data) != TOKEN_ACCOUNT_SIZE:
+        kind = "a mint" if len(data) == MINT_SIZE else "not an SPL token account"
+        raise NotFound(f"{what} {address} is {kind}: pass a token account (`svcpay token account`)")
+    return TokenAccount(
+        address,
+        mint=Pubkey.from_bytes(data[0:32]),
+        owner=Pubkey.from_bytes(data[32:64]),
+        amount=int.from_bytes(data[64:72], "little"),
+    )
+
+
+async def check_token_account(
+    rpc: AsyncClient,
+    address: Pubkey,
+    *,
+    what: str,
+    mint: Pubkey | None = None,
+    owner: Pubkey | None = None,
+) -> TokenAccount:
+    """The token account `address`, checked to exist and to be of `mint` and `owner`."""
+    account = await fetch_token_account(rpc, address, what)
+    if account is None:
+        raise NotFound(f"{what} {address} does not exist: create it (`svcpay token account`)")
+    if mint is not None and account.mint != mint:
+        raise UsageError(f"{what} {address} holds mint {account.mint}, not {mint}")
+    if owner is not None and account.owner != owner:
+        raise UsageError(f"{what} {address} belongs to {account.owner}, not {owner}")
+    return account
+
+
+async def require_token_account(
+    rpc: AsyncClient,
+    account: Pubkey,
+    what: str,
+    *,
+    mint: Pubkey | None = None,
+    owner: Pubkey | None = None,
+) -> None:
+    await check_token_account(rpc, account, what=what, mint=mint, owner=owner)
 
 
 def stderr(line: str) -> None:

@@ -102,4 +102,8 @@ def describe(exc: BaseException, args: argparse.Namespace | None) -> tuple[int, 
         return EXIT_FAILED, "RpcError", f"the RPC at {url} refused the request: {message}"
     if isinstance(exc, httpx.HTTPError):
         return EXIT_FAILED, "HttpError", f"HTTP request failed: {exc or type(exc).__name__}"
+    if isinstance(exc, OSError) and exc.strerror:
+        # A file or directory the user named: missing, unwritable, a directory...
+        where = f"{exc.filename}: " if exc.filename else ""
+        return EXIT_FAILED, type(exc).__name__, f"{where}{exc.strerror}: check the path"
     return None

@@ -2,23 +2,37 @@
 
 It starts its own local validator, facilitator and resource server (on free ports, with
 their files in a temporary directory), walks a paying client through the three flows, and
-stops everything it started; the analytics chart is left in --out.
+stops everything it started; the analytics chart is left in --out. With --json the
+narration goes to stderr and stdout gets one JSON object at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import sys
 from pathlib import Path
 
 from svcpay import demo
-from svcpay.cli._common import Subparsers, command
+from svcpay.cli._common import Subparsers, UsageError, command
 from svcpay.demo import DEFAULT_OUT
 
 NAME = "demo"
 
 
 def handle(args: argparse.Namespace) -> int:
-    return demo.run(args.out)
+    if args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"--out {args.out} is a file: give a directory for the chart")
+    if not args.json:
+        return demo.run(args.out)
+    # The walkthrough's narration goes to stderr; stdout carries one JSON object.
+    with contextlib.redirect_stdout(sys.stderr):
+        code = demo.run(args.out)
+    chart = args.out / "analytics.png"
+    data = {"ok": code == 0, "exitCode": code, "chart": str(chart) if chart.exists() else None}
+    print(json.dumps(data))
+    return code
 
 
 def register(subparsers: Subparsers) -> None:
@@ -40,4 +54,10 @@ def register(subparsers: Subparsers) -> None:
         default=DEFAULT_OUT,
         metavar="DIR",
         help=f"where the analytics chart is written (default: {DEFAULT_OUT})",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help='narrate on stderr; print {"ok", "exitCode", "chart"} on stdout at the end',
     )

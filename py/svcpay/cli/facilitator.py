@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -22,10 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from svcpay.cli._common import (
-    DEFAULT_KEYPAIR,
     CliError,
+    NotFound,
     Subparsers,
     UsageError,
+    billing_client,
+    check_token_account,
     command,
     emit,
     pubkey_arg,
@@ -38,6 +42,7 @@ if TYPE_CHECKING:
     from svcpay.facilitator.config import FacilitatorConfig
 
 NAME = "facilitator"
+NO_CHECK = "do not check --plan and --pay-to against the cluster at --url"
 
 
 # The facilitator's modules are imported on use: the rest of the CLI works without the
@@ -52,7 +57,7 @@ def config(args: argparse.Namespace, *, need_keypair: bool = True) -> Facilitato
         env["SVCPAY_DATABASE_URL"] = args.database
         env.pop("SVCPAY_DATABASE_URL_FILE", None)
     env["SVCPAY_RPC_URL"] = args.url  # its default is $SVCPAY_RPC_URL
-    given = args.keypair != (os.environ.get("SVCPAY_KEYPAIR") or DEFAULT_KEYPAIR)
+    given = getattr(args, "keypair_source", "option") == "option"
     if given or not (
         env.get("SVCPAY_FACILITATOR_KEYPAIR") or env.get("SVCPAY_FACILITATOR_KEYPAIR_JSON")
     ):
@@ -80,8 +85,44 @@ def database_errors() -> Iterator[None]:
         raise UsageError(f"{e} (set SVCPAY_DATABASE_URL or pass --database)") from None
     except Exception as e:
         if type(e).__module__.startswith(("sqlalchemy", "psycopg", "sqlite3", "alembic")):
-            raise CliError(f"database error: {str(e).splitlines()[0]}") from None
+            raise CliError(
+                f"database error: {str(e).splitlines()[0]}: check --database (or "
+                "SVCPAY_DATABASE_URL) and that the database server runs"
+            ) from None
         raise
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before anything starts, so a port in use is one line."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise UsageError(f"--host {host}: {e.strerror}: give an address of this machine") from None
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise CliError(
+                f"port {port} on {host} is already in use (another facilitator?): stop it, "
+                "or pass --port N (0 picks a free port)"
+            ) from None
+        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror}: check --host") from None
+    sock.listen(2048)
+    return sock
+
+
+def port_arg(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port: {text!r} (0 to 65535; 0 picks a free one)")
+    return port
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -99,16 +140,17 @@ def serve(args: argparse.Namespace) -> int:
     with database_errors():
         service = Facilitator(cfg)
     app = create_app(service)
+    sock = listen(args.host, args.port)
     server = uvicorn.Server(
         uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level)
     )
 
     async def main() -> None:
-        task = asyncio.create_task(server.serve())
+        task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not task.done():
             await asyncio.sleep(0.05)
         if server.started:
-            port = server.servers[0].sockets[0].getsockname()[1]
+            port = sock.getsockname()[1]
             print(
                 f"svcpay facilitator ready http://{args.host}:{port} "
                 f"key {service.public_key} database {redacted(cfg.database_url)}",
@@ -140,10 +182,29 @@ def migrate_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_resources(args: argparse.Namespace) -> None:
+    """--plan names a svc_billing plan and --pay-to a token account, on the cluster at --url
+    (skipped with --no-check, e.g. to set up before deploying)."""
+    if args.no_check or not (args.plan or args.pay_to):
+        return
+
+    async def go() -> None:
+        from svcpay.cli.plan import fetch_plan
+
+        async with billing_client(args) as billing:
+            for plan in args.plan:
+                await fetch_plan(billing, plan)
+            for pay_to in args.pay_to:
+                await check_token_account(billing.rpc, pay_to, what="--pay-to")
+
+    run(go())
+
+
 def provider_create(args: argparse.Namespace) -> int:
     from svcpay.facilitator.store import Store
 
     cfg = config(args, need_keypair=False)
+    check_resources(args)
 
     async def go() -> dict[str, Any]:
         store = Store.open(cfg.database_url)
@@ -177,6 +238,7 @@ def provider_add(args: argparse.Namespace) -> int:
     cfg = config(args, need_keypair=False)
     if not args.plan and not args.pay_to:
         raise UsageError("name at least one --plan or --pay-to")
+    check_resources(args)
 
     async def go() -> list[tuple[str, str]]:
         store = Store.open(cfg.database_url)
@@ -198,6 +260,64 @@ def provider_add(args: argparse.Namespace) -> int:
         {"provider": args.provider, "resources": [{"kind": k, "address": a} for k, a in resources]},
         [f"{kind:6} {address}" for kind, address in resources],
     )
+    return 0
+
+
+def provider_list(args: argparse.Namespace) -> int:
+    from svcpay.facilitator.store import Store
+
+    cfg = config(args, need_keypair=False)
+
+    async def go() -> list[dict[str, Any]]:
+        store = Store.open(cfg.database_url)
+        try:
+            return await store.list_providers()
+        finally:
+            await store.close()
+
+    with database_errors():
+        found = run(go())
+    lines: list[str] = []
+    for p in found:
+        live = sum(k["revokedAt"] is None for k in p["keys"])
+        lines.append(f"{p['id']}  {p['name']}  {live} live key{'s' * (live != 1)} "
+                     f"of {len(p['keys'])}")  # fmt: skip
+        lines += [f"  {r['kind']:6} {r['address']}" for r in p["resources"]]
+    emit(args, {"providers": found}, lines or ["no providers (`svcpay facilitator provider "
+                                               "create NAME`)"])  # fmt: skip
+    return 0
+
+
+def provider_revoke(args: argparse.Namespace) -> int:
+    from svcpay.facilitator.store import Store
+
+    cfg = config(args, need_keypair=False)
+
+    async def go() -> int:
+        store = Store.open(cfg.database_url)
+        try:
+            if args.key:
+                return int(await store.revoke_api_key(args.key))
+            if await store.provider(args.provider) is None:
+                raise NotFound(
+                    f"no provider {args.provider}: see `svcpay facilitator provider list`"
+                )
+            return await store.revoke_provider_keys(args.provider)
+        finally:
+            await store.close()
+
+    if bool(args.provider) == bool(args.key):
+        raise UsageError("name a PROVIDER (all its keys) or one --key KEY_ID")
+    with database_errors():
+        revoked = run(go())
+    if args.key and not revoked:
+        raise NotFound(f"no live API key {args.key}: see `svcpay facilitator provider list`")
+    emit(
+        args,
+        {"provider": args.provider, "key": args.key, "revoked": revoked},
+        [f"revoked {revoked} API key{'s' * (revoked != 1)}: requests with "
+         f"{'them' if revoked != 1 else 'it'} now get 401"],
+    )  # fmt: skip
     return 0
 
 
@@ -269,23 +389,40 @@ def analytics_cmd(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"cannot write the chart to {chart}: {e.strerror}; give --chart a writable path"
             ) from None
+    lines = analytics_lines(data, args.provider)
+    if args.chart:
+        lines.append(f"chart: {args.chart}")
+    emit(args, {**data, "chart": args.chart}, lines)
+    return 0
+
+
+def analytics_lines(data: dict[str, Any], provider: str | None) -> list[str]:
+    """The report as rows of text: totals, each mode, plan and provider, then the days with
+    activity (amounts in base units, as the API gives them)."""
     totals = data["totals"]
-    lines = [
-        f"{data['from']} to {data['to']}"
-        + (f", provider {args.provider}" if args.provider else ""),
-        *table(
-            [
-                ("volume", totals["volume"]),
-                ("payments", totals["payments"]),
-                *((f"  {mode}", amount) for mode, amount in totals["byMode"].items()),
-                ("active subscriptions", data["subscriptions"]["active"]),
-                ("new", data["subscriptions"]["new"]),
-                ("churned", data["subscriptions"]["churned"]),
-                ("recurring revenue (30 days)", data["recurringRevenue"]["monthly"]),
-            ]
+
+    def paid(row: dict[str, Any]) -> str:
+        return f"{row['volume']} in {row['payments']} payment{'s' * (row['payments'] != 1)}"
+
+    rows: list[tuple[str, object]] = [
+        ("volume", paid(totals)),
+        *((f"  {mode}", paid(row)) for mode, row in totals["byMode"].items()),
+        ("active subscriptions", data["subscriptions"]["active"]),
+        ("new", data["subscriptions"]["new"]),
+        ("churned", data["subscriptions"]["churned"]),
+        ("recurring revenue (30 days)", data["recurringRevenue"]["monthly"]),
+        *((f"plan {row['plan']}", paid(row)) for row in data.get("byPlan", [])),
+        *(
+            (f"provider {row['name'] or row['provider'] or '(none)'}", paid(row))
+            for row in data.get("byProvider", [])
         ),
+    ]
+    header = f"{'date':10}  {'volume':>14}  {'payments':>8}  {'new':>4}  {'churned':>7}"
+    return [
+        f"{data['from']} to {data['to']}" + (f", provider {provider}" if provider else ""),
+        *table(rows),
         "",
-        f"{'date':10}  {'volume':>14}  {'payments':>8}  {'new':>4}  {'churned':>7}",
+        header,
         *(
             f"{d['date']:10}  {d['volume']:>14}  {d['payments']:>8}  "
             f"{d['newSubscriptions']:>4}  {d['churned']:>7}"
@@ -293,10 +430,6 @@ def analytics_cmd(args: argparse.Namespace) -> int:
             if d["payments"] or d["newSubscriptions"] or d["churned"]
         ),
     ]
-    if args.chart:
-        lines.append(f"chart: {args.chart}")
-    emit(args, {**data, "chart": args.chart}, lines)
-    return 0
 
 
 def register(subparsers: Subparsers) -> None:
@@ -320,7 +453,7 @@ def register(subparsers: Subparsers) -> None:
         "and the chain indexer in the background, until Ctrl-C.",
     )
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8402, help="0 picks a free port (default 8402)")
+    p.add_argument("--port", type=port_arg, default=8402, help="0 picks a free port (default 8402)")
     p.add_argument("--database", **database)  # type: ignore[arg-type]
     p.add_argument(
         "--crank-interval",
@@ -366,11 +499,23 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--pay-to", action="append", type=pubkey_arg, default=[],
                    help="a token account it is paid to")  # fmt: skip
     p.add_argument("--database", **database)  # type: ignore[arg-type]
+    p.add_argument("--no-check", action="store_true", help=NO_CHECK)
     p = command(psub, "add", provider_add, help="register plans or payTo accounts",
                 description="Registers more plans or payTo accounts to a provider.")  # fmt: skip
     p.add_argument("provider")
     p.add_argument("--plan", action="append", type=pubkey_arg, default=[])
     p.add_argument("--pay-to", action="append", type=pubkey_arg, default=[])
+    p.add_argument("--database", **database)  # type: ignore[arg-type]
+    p.add_argument("--no-check", action="store_true", help=NO_CHECK)
+    p = command(psub, "list", provider_list, help="list providers, their accounts and keys",
+                description="Lists every provider with its plans, payTo accounts and API "
+                "keys (ids and labels; keys themselves are never stored).")  # fmt: skip
+    p.add_argument("--database", **database)  # type: ignore[arg-type]
+    p = command(psub, "revoke", provider_revoke, help="revoke a provider's API keys",
+                description="Revokes every API key of PROVIDER, or the one --key: requests "
+                "with it get 401 from then on. Its plans and history stay.")  # fmt: skip
+    p.add_argument("provider", nargs="?", metavar="PROVIDER")
+    p.add_argument("--key", metavar="KEY_ID", help="one key (its id, from `provider list`)")
     p.add_argument("--database", **database)  # type: ignore[arg-type]
 
     p = command(

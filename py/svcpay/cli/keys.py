@@ -36,7 +36,12 @@ def create(args: argparse.Namespace) -> int:
             f"(pass --force to replace it; its key is then lost)"
         )
     keypair = Keypair()
-    save_keypair(keypair, path, overwrite=args.force)
+    try:
+        save_keypair(keypair, path, overwrite=args.force)
+    except OSError as e:
+        raise CliError(
+            f"cannot write {path}: {e.strerror}: give --outfile a path you can write"
+        ) from None
     data = {"pubkey": str(keypair.pubkey()), "path": str(path)}
     emit(args, data, [f"wrote a new keypair to {path}", f"pubkey: {keypair.pubkey()}"])
     return 0

@@ -7,6 +7,7 @@ flags), so `svcpay.cli.main` hands them over before parsing anything itself.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -19,13 +20,14 @@ NAME = "localnet"
 
 def run(argv: list[str]) -> int:
     """Runs the drop-in validator in the foreground (Ctrl-C stops it). With no
-    --bpf-program, loads the built svc_billing at its program id."""
+    --bpf-program, loads the built svc_billing at its program id. With --json the ready line
+    (or the error) is one JSON object on stdout."""
     if "--bpf-program" not in argv:
         if not process.PROGRAM_SO.exists():
-            print(
-                f"svcpay localnet: {process.PROGRAM_SO} is missing; run scripts/build-program",
-                file=sys.stderr,
-            )
+            message = f"{process.PROGRAM_SO} is missing; run scripts/build-program"
+            print(f"svcpay localnet: {message}", file=sys.stderr)
+            if "--json" in argv:
+                print(json.dumps({"error": "MissingProgram", "message": message, "exitCode": 1}))
             return 1
         argv = ["--bpf-program", str(PROGRAM_ID), str(process.PROGRAM_SO), *argv]
     os.execv(sys.executable, [sys.executable, "-m", "svcpay.localnet.server", *argv])

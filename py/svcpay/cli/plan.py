@@ -127,7 +127,9 @@ async def _create(args: argparse.Namespace, authority: Keypair) -> int:
     async with billing_client(args) as billing:
         decimals = await mint_decimals(billing.rpc, args.mint)
         amount = args.amount.to_base(decimals)
-        await require_token_account(billing.rpc, args.destination, "destination token account")
+        await require_token_account(
+            billing.rpc, args.destination, "--destination token account", mint=args.mint
+        )
         address = pda.plan_address(authority.pubkey(), args.plan_id)
         if (await billing.rpc.get_account_info(address, Confirmed)).value is not None:
             raise CliError(

@@ -136,7 +136,9 @@ async def _subscribe(args: argparse.Namespace, subscriber: Keypair) -> int:
         plan = await fetch_plan(billing, args.plan)
         cap = args.allowance_cap.to_base(plan.decimals) if args.allowance_cap else None
         source = args.token_account or get_associated_token_address(subscriber.pubkey(), plan.mint)
-        await require_token_account(billing.rpc, source, "paying token account")
+        await require_token_account(
+            billing.rpc, source, "paying token account", mint=plan.mint, owner=subscriber.pubkey()
+        )
         if source == plan.destination:
             raise CliError(
                 f"{source} is the plan's own destination: pay from another account "

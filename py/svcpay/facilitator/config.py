@@ -1,7 +1,9 @@
 """The facilitator's configuration, from the environment (and files it names).
 
     SVCPAY_RPC_URL                   http://127.0.0.1:8899             the cluster's JSON-RPC
-    SVCPAY_DATABASE_URL              sqlite:///.svcpay/facilitator.db  or postgresql://...
+    SVCPAY_DATABASE_URL              sqlite:///$XDG_DATA_HOME/svcpay/facilitator.db (else
+                                     ~/.local/share/svcpay/...) or postgresql://...; a
+                                     relative SQLite path is made absolute at start
     SVCPAY_DATABASE_URL_FILE                                           a file holding the URL
     SVCPAY_FACILITATOR_KEYPAIR       ~/.config/solana/id.json          keypair file
     SVCPAY_FACILITATOR_KEYPAIR_JSON                                    the keypair's JSON array
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -50,7 +53,7 @@ class ConfigError(ValueError):
 class FacilitatorConfig:
     keypair: Keypair = field(repr=False)
     rpc_url: str = "http://127.0.0.1:8899"
-    database_url: str = field(default="sqlite:///.svcpay/facilitator.db", repr=False)
+    database_url: str = field(default_factory=lambda: default_database_url(), repr=False)
     network: str = NETWORK_MAINNET
     proof_ttl_secs: int = 300
     crank_interval_secs: float = 60.0
@@ -120,7 +123,29 @@ def _database_url(env: Mapping[str, str]) -> str:
             return Path(path).read_text().strip()
         except OSError as e:
             raise ConfigError(f"SVCPAY_DATABASE_URL_FILE: cannot read {path}") from e
-    return env.get("SVCPAY_DATABASE_URL", FacilitatorConfig.database_url)
+    return absolute_sqlite(env.get("SVCPAY_DATABASE_URL") or default_database_url(env))
+
+
+def default_database_url(env: Mapping[str, str] | None = None) -> str:
+    """SQLite in the XDG data directory ($XDG_DATA_HOME, else ~/.local/share): the same
+    database from any working directory."""
+    e = os.environ if env is None else env
+    data_home = e.get("XDG_DATA_HOME") or ""
+    base = Path(data_home) if Path(data_home).is_absolute() else Path.home() / ".local/share"
+    return f"sqlite:///{base / 'svcpay' / 'facilitator.db'}"
+
+
+_SQLITE = re.compile(r"^(sqlite(?:\+\w+)?:///)(?!/)(?!:memory:)([^?]+)(.*)$")
+
+
+def absolute_sqlite(url: str) -> str:
+    """`sqlite:///relative/f.db` -> `sqlite:////abs/cwd/relative/f.db` (and `~` expanded):
+    two shells in two directories see one database."""
+    match = _SQLITE.match(url.strip())
+    if match is None:
+        return url
+    prefix, path, query = match.groups()
+    return f"{prefix}{Path(path).expanduser().resolve()}{query}"
 
 
 def _keypair(env: Mapping[str, str]) -> Keypair:

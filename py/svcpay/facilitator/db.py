@@ -229,14 +229,19 @@ def create_engine(url: str | URL) -> AsyncEngine:
     return create_async_engine(u, pool_size=10, max_overflow=10, pool_pre_ping=True)
 
 
+def _sqlite_directory(u: URL) -> None:
+    """SQLite creates the file, not its directory (the XDG data directory may be new)."""
+    if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:":
+        Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+
+
 def migrate(url: str | URL, revision: str = "head") -> None:
     """Brings the schema at `url` up to `revision` with Alembic (idempotent)."""
     from alembic import command
     from alembic.config import Config
 
     u = sync_url(url)
-    if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:":
-        Path(u.database).parent.mkdir(parents=True, exist_ok=True)
+    _sqlite_directory(u)
     config = Config()
     config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
     config.attributes["url"] = u
@@ -246,7 +251,9 @@ def migrate(url: str | URL, revision: str = "head") -> None:
 def current_revision(url: str | URL) -> str | None:
     from alembic.runtime.migration import MigrationContext
 
-    engine = sa.create_engine(sync_url(url))
+    u = sync_url(url)
+    _sqlite_directory(u)
+    engine = sa.create_engine(u)
     try:
         with engine.connect() as conn:
             return MigrationContext.configure(conn).get_current_revision()

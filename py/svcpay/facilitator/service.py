@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from solana.rpc.async_api import AsyncClient
@@ -28,6 +29,7 @@ from svcpay.facilitator.store import Store
 from svcpay.facilitator.usage import UsageReporter
 from svcpay.facilitator.webhooks import Deliverer, host_of
 from svcpay.program.client import BillingClient
+from svcpay.rpc_errors import rpc_unreachable
 from svcpay.schemes.x402_exact.facilitator import X402Facilitator
 
 log = logging.getLogger("svcpay.facilitator")
@@ -104,8 +106,9 @@ class Facilitator:
             ("crank", self.config.crank_interval_secs, self.crank_once),
             ("indexer", self.config.indexer_interval_secs, self.index_once),
         ]
+        rpc = RpcState()
         tasks = [
-            asyncio.create_task(_every(name, interval, work, stop))
+            asyncio.create_task(_every(name, interval, work, stop, rpc))
             for name, interval, work in loops
             if interval > 0
         ]
@@ -118,13 +121,46 @@ class Facilitator:
         await self.store.close()
 
 
+class RpcState:
+    """The RPC node's reachability as the background loops see it: one warning when it goes
+    down, one when it is back, nothing per failed attempt in between."""
+
+    def __init__(self) -> None:
+        self.down_since: float | None = None
+
+    def unreachable(self, reason: str) -> None:
+        if self.down_since is None:
+            self.down_since = time.monotonic()
+            log.warning("rpc unreachable: %s (background work retries until it is back)", reason)
+
+    def reachable(self) -> None:
+        if self.down_since is not None:
+            log.warning("rpc back after %.0f s", time.monotonic() - self.down_since)
+            self.down_since = None
+
+
 async def _every(
-    name: str, interval: float, work: Callable[[], Awaitable[object]], stop: asyncio.Event
+    name: str,
+    interval: float,
+    work: Callable[[], Awaitable[object]],
+    stop: asyncio.Event,
+    rpc: RpcState | None = None,
 ) -> None:
+    rpc = rpc or RpcState()
+    failed_on_rpc = False
     while not stop.is_set():
         try:
             await work()
-        except Exception:  # each pass starts over from durable state; log, wait, retry
-            log.exception("%s pass failed", name)
+        except Exception as e:  # each pass starts over from durable state; log, wait, retry
+            reason = rpc_unreachable(e)
+            if reason is None:
+                log.exception("%s pass failed", name)
+            else:
+                failed_on_rpc = True
+                rpc.unreachable(reason)
+        else:
+            if failed_on_rpc:  # this loop reached the node again
+                failed_on_rpc = False
+                rpc.reachable()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval)

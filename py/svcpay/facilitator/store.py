@@ -267,6 +267,33 @@ class Store:
             )
         return bool(res.rowcount)
 
+    async def list_providers(self) -> list[dict[str, Any]]:
+        """Every provider with its resources and API keys (id, label, created, revoked; never
+        the key), oldest first."""
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(sa.select(providers).order_by(providers.c.created_at))
+            out = [{**dict(r._mapping), "resources": [], "keys": []} for r in rows]
+            by_id = {p["id"]: p for p in out}
+            for r in await conn.execute(sa.select(provider_resources)):
+                by_id[r.provider_id]["resources"].append({"kind": r.kind, "address": r.address})
+            keys = sa.select(api_keys.c.id, api_keys.c.provider_id, api_keys.c.label,
+                             api_keys.c.created_at, api_keys.c.revoked_at)  # fmt: skip
+            for r in await conn.execute(keys.order_by(api_keys.c.created_at)):
+                key = {"id": r.id, "label": r.label, "createdAt": r.created_at,
+                       "revokedAt": r.revoked_at}  # fmt: skip
+                by_id[r.provider_id]["keys"].append(key)
+        return out
+
+    async def revoke_provider_keys(self, provider_id: str) -> int:
+        """Revokes every live API key of `provider_id`; returns how many."""
+        async with self.engine.begin() as conn:
+            res = await conn.execute(
+                api_keys.update()
+                .where((api_keys.c.provider_id == provider_id) & api_keys.c.revoked_at.is_(None))
+                .values(revoked_at=now())
+            )
+        return int(res.rowcount)
+
     async def add_resource(self, provider_id: str, kind: str, address: str) -> None:
         """Registers a plan or a payTo token account as `provider_id`'s (for usage reporting
         and analytics). An address belongs to one provider."""

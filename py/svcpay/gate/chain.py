@@ -5,9 +5,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from solana.rpc.core import RPCException
 from solders.keypair import Keypair
 
 from svcpay.program.client import BillingClient, status_name
+from svcpay.rpc_errors import rpc_unreachable
+from svcpay.schemes.subscription.server import SubscriptionsUnavailable
 
 
 @dataclass(frozen=True)
@@ -29,16 +32,27 @@ class ChainSubscriptions:
         hit = self._cache.get(subscription_id)
         if hit and time.monotonic() - hit[0] < self.ttl:
             return hit[1]
-        sub = await self.client.fetch_subscription(subscription_id)
-        state = None
-        if sub is not None:
-            remaining = None
-            if sub.has_allowance:
-                allowance = await self.client.fetch_allowance(subscription_id)
-                remaining = None if allowance is None else max(allowance.cap - allowance.used, 0)
-            state = SubscriptionState(str(sub.plan), status_name(sub), remaining)
+        try:
+            state = await self._read(subscription_id)
+        except RPCException as e:  # the node answered with an error (e.g. behind, unhealthy)
+            raise SubscriptionsUnavailable(f"the RPC node refused: {e}") from e
+        except Exception as e:
+            reason = rpc_unreachable(e)
+            if reason is None:
+                raise
+            raise SubscriptionsUnavailable(f"the RPC node is unreachable ({reason})") from e
         self._cache[subscription_id] = (time.monotonic(), state)
         return state
+
+    async def _read(self, subscription_id: str) -> SubscriptionState | None:
+        sub = await self.client.fetch_subscription(subscription_id)
+        if sub is None:
+            return None
+        remaining = None
+        if sub.has_allowance:
+            allowance = await self.client.fetch_allowance(subscription_id)
+            remaining = None if allowance is None else max(allowance.cap - allowance.used, 0)
+        return SubscriptionState(str(sub.plan), status_name(sub), remaining)
 
     def invalidate(self, subscription_id: str) -> None:
         self._cache.pop(subscription_id, None)

@@ -14,6 +14,7 @@ batch of calls, is -32700, a call of the wrong shape -32600; notifications get n
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -217,12 +218,18 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply(200, answer(self.methods, body), "application/json; charset=utf-8")
 
 
-def serve(programs: list[tuple[Pubkey, Path]], host: str, port: int) -> None:
+def serve(
+    programs: list[tuple[Pubkey, Path]], host: str, port: int, *, as_json: bool = False
+) -> None:
     methods = Methods(Node(programs))
     handler = type("Handler", (_Handler,), {"methods": methods})
     server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
-    print(f"svcpay-localnet ready http://{host}:{server.server_port}", flush=True)
+    url = f"http://{host}:{server.server_port}"
+    if as_json:
+        print(json.dumps({"ready": True, "url": url, "rpcPort": server.server_port}), flush=True)
+    else:
+        print(f"svcpay-localnet ready {url}", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -246,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ledger", help="accepted for compatibility; state is in memory")
     parser.add_argument("--reset", action="store_true", help="accepted for compatibility")
     parser.add_argument("--quiet", action="store_true", help="accepted for compatibility")
+    parser.add_argument(
+        "--json", action="store_true", help='print the ready line as {"ready", "url", "rpcPort"}'
+    )
     args = parser.parse_args(argv)
     programs = []
     for address, path in args.bpf_program:
@@ -256,12 +266,19 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(path).is_file():
             parser.error(f"--bpf-program: {path} does not exist (build it: scripts/build-program)")
     try:
-        serve(programs, args.bind_address, args.rpc_port)
+        serve(programs, args.bind_address, args.rpc_port, as_json=args.json)
     except OSError as e:
-        print(
-            f"svcpay localnet: cannot listen on {args.bind_address}:{args.rpc_port}: {e}",
-            file=sys.stderr,
-        )
+        where = f"{args.bind_address}:{args.rpc_port}"
+        if e.errno == errno.EADDRINUSE:
+            message = (
+                f"port {args.rpc_port} on {args.bind_address} is already in use (another "
+                f"validator?): stop it, or pass --rpc-port N (0 picks a free port)"
+            )
+        else:
+            message = f"cannot listen on {where}: {e.strerror or e}: check --bind-address"
+        print(f"svcpay localnet: {message}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"error": "PortUnavailable", "message": message, "exitCode": 1}))
         return 1
     return 0
 

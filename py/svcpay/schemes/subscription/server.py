@@ -28,8 +28,25 @@ class SubscriptionView(Protocol):  # read-only, so frozen dataclasses qualify
     def allowance_remaining(self) -> int | None: ...
 
 
+RETRY_AFTER_SECS = 5
+
+
+class SubscriptionsUnavailable(Exception):
+    """The subscriptions' source cannot be read now (e.g. the RPC node is unreachable or
+    refused): the gate answers 503 with Retry-After, never serves on a guess and never
+    charges."""
+
+    def __init__(self, reason: str, retry_after: int = RETRY_AFTER_SECS) -> None:
+        super().__init__(reason)
+        self.reason, self.retry_after = reason, retry_after
+
+
 class Subscriptions(Protocol):
-    async def lookup(self, subscription_id: str) -> SubscriptionView | None: ...
+    async def lookup(self, subscription_id: str) -> SubscriptionView | None:
+        """The subscription's state, None when there is none; raises
+        SubscriptionsUnavailable when the source cannot be read now."""
+        ...
+
     def invalidate(self, subscription_id: str) -> None: ...
 
 
@@ -68,7 +85,15 @@ class SubscriptionScheme:
                     "message": "X-Svc-Sub must be a subscription id (a base58 address)",
                 },
             )
-        view = await self.subscriptions.lookup(sub_id)
+        try:
+            view = await self.subscriptions.lookup(sub_id)
+        except SubscriptionsUnavailable as e:  # the chain is unreadable: retry, never a 500
+            message = f"cannot check the subscription: {e.reason}; retry in {e.retry_after} s"
+            return Reply.json(
+                503,
+                {"error": "ChainUnavailable", "message": message},
+                [(b"retry-after", str(e.retry_after).encode())],
+            )
         entry = next(
             (e for e in pricing if isinstance(e, Subscription) and view and e.plan == view.plan),
             None,

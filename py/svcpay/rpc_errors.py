@@ -1,0 +1,24 @@
+"""Telling "the RPC node cannot be reached" from every other failure, for the parts that
+degrade while it is away (the facilitator's loops, the gate's subscription reads)."""
+
+from __future__ import annotations
+
+import httpx
+from solana.exceptions import SolanaRpcException
+
+# solana-py's transport (httpx2 since 0.41) raises its own classes with httpx's names.
+TRANSPORT_ERRORS = frozenset(
+    {"ConnectError", "ConnectTimeout", "ReadTimeout", "ReadError", "WriteError", "PoolTimeout",
+     "RemoteProtocolError", "NetworkError", "TimeoutException", "TransportError"}
+)  # fmt: skip
+
+
+def rpc_unreachable(e: BaseException) -> str | None:
+    """Why the RPC node could not be reached ("ConnectError: ..."), or None when `e` is
+    something else (a bug, or an answer the node gave)."""
+    cause = (e.__cause__ or e.__context__) if isinstance(e, SolanaRpcException) else e
+    if isinstance(cause, httpx.TransportError | OSError | TimeoutError) or (
+        cause is not None and type(cause).__name__ in TRANSPORT_ERRORS
+    ):
+        return f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+    return None

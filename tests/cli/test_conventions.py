@@ -1,0 +1,172 @@
+"""The Solana CLI's habits: -u with monikers, -k, defaults from the Solana CLI config file;
+--json on every command that prints; --verbose for the traceback (issue 17, ADR 0020)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from solders.keypair import Keypair
+
+from svcpay.cli import _common, main
+from svcpay.localnet.process import Localnet
+from tests.cli.conftest import Cli, free_port, keyfile
+
+
+@pytest.mark.parametrize(
+    ("given", "url"),
+    [
+        ("mainnet-beta", "https://api.mainnet-beta.solana.com"),
+        ("m", "https://api.mainnet-beta.solana.com"),
+        ("devnet", "https://api.devnet.solana.com"),
+        ("d", "https://api.devnet.solana.com"),
+        ("testnet", "https://api.testnet.solana.com"),
+        ("t", "https://api.testnet.solana.com"),
+        ("localhost", "http://localhost:8899"),
+        ("l", "http://localhost:8899"),
+        ("http://10.0.0.1:8899", "http://10.0.0.1:8899"),
+    ],
+)
+def test_url_takes_the_solana_monikers(given: str, url: str) -> None:
+    assert _common.url_arg(given) == url
+
+
+def test_a_bad_url_is_a_usage_error(offline_cli: Cli) -> None:
+    result = offline_cli("plan", "show", str(Keypair().pubkey()), "-u", "mainnet")
+    assert result.code == 2 and "not an RPC URL or moniker" in result.err
+
+
+def write_config(path: Path, url: str, keypair: str) -> None:
+    path.write_text(
+        "---\n"
+        f'json_rpc_url: "{url}"\n'
+        'websocket_url: ""\n'
+        f"keypair_path: {keypair}\n"
+        "address_labels:\n"
+        '  "11111111111111111111111111111111": System Program\n'
+        "commitment: confirmed\n"
+    )
+
+
+def test_defaults_come_from_the_solana_cli_config(
+    offline_cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "config.yml"
+    key = keyfile(tmp_path, Keypair())
+    write_config(config, "https://api.devnet.solana.com", key)
+    monkeypatch.setattr(_common, "SOLANA_CONFIG", config)
+    monkeypatch.delenv("SVCPAY_KEYPAIR")
+
+    args = argparse.Namespace(url=None, keypair=None)
+    _common.resolve_defaults(args)
+    assert (args.url, args.keypair, args.keypair_source) == (
+        "https://api.devnet.solana.com",
+        key,
+        "solana-config",
+    )
+    assert offline_cli.ok("keys", "show")["path"] == key
+
+    # The environment, then the options, win over the file.
+    monkeypatch.setenv("SVCPAY_RPC_URL", "t")
+    args = argparse.Namespace(url=None, keypair="given.json")
+    _common.resolve_defaults(args)
+    assert (args.url, args.keypair, args.keypair_source) == (
+        "https://api.testnet.solana.com",
+        "given.json",
+        "option",
+    )
+
+
+def test_without_a_config_file_svcpays_defaults_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SVCPAY_KEYPAIR")
+    args = argparse.Namespace(url=None, keypair=None)
+    _common.resolve_defaults(args)
+    assert (args.url, args.keypair) == (_common.DEFAULT_RPC_URL, _common.DEFAULT_KEYPAIR)
+
+
+def test_short_options_reach_the_rpc_and_the_keypair(
+    capsys: pytest.CaptureFixture[str], validator: Localnet, tmp_path: Path
+) -> None:
+    kp = Keypair()
+    assert main(["-k", keyfile(tmp_path, kp), "keys", "airdrop", "1", "-u", validator.url,
+                 "--json"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["pubkey"] == str(kp.pubkey())
+
+
+def test_verbose_shows_the_traceback_otherwise_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    argv = ["plan", "show", str(Keypair().pubkey()), "-u", dead]
+    assert main(argv) == 1
+    quiet = capsys.readouterr().err
+    assert "Traceback" not in quiet and len(quiet.strip().splitlines()) == 1
+    assert main([*argv, "--verbose"]) == 1
+    loud = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in loud
+    assert loud.strip().splitlines()[-1] == quiet.strip()
+
+
+def test_analytics_prints_rows_not_python_dicts(offline_cli: Cli, tmp_path: Path) -> None:
+    human = offline_cli("analytics", "--database", f"sqlite:///{tmp_path / 'f.db'}")
+    assert human.code == 0
+    assert "{" not in human.out and "'volume'" not in human.out
+    assert "subscription" in human.out and "0 in 0 payments" in human.out
+
+
+def test_localnet_prints_its_ready_line_as_json() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "svcpay.localnet.server", "--rpc-port", "0", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        ready = json.loads(proc.stdout.readline())
+        assert ready["ready"] is True and ready["url"].startswith("http://127.0.0.1:")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_localnet_on_a_port_in_use_says_which_and_what_to_do() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for extra in ([], ["--json"]):
+            done = subprocess.run(
+                [sys.executable, "-m", "svcpay.localnet.server", "--rpc-port", str(port), *extra],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 1
+            assert done.stderr == (
+                f"svcpay localnet: port {port} on 127.0.0.1 is already in use (another "
+                "validator?): stop it, or pass --rpc-port N (0 picks a free port)\n"
+            )
+            if extra:
+                assert json.loads(done.stdout)["error"] == "PortUnavailable"
+
+
+def test_demo_json_narrates_on_stderr_and_prints_one_object(
+    offline_cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from svcpay import demo
+
+    def walkthrough(out: Path) -> int:  # the walkthrough itself runs in tests/test_demo.py
+        print("── narration")
+        (out / "analytics.png").write_bytes(b"\x89PNG")
+        return 0
+
+    monkeypatch.setattr(demo, "run", walkthrough)
+    result = offline_cli("demo", "--out", str(tmp_path), "--json")
+    assert result.code == 0 and "narration" in result.err
+    assert result.json == {"ok": True, "exitCode": 0, "chart": str(tmp_path / "analytics.png")}

@@ -15,11 +15,12 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from svcpay.gate import Subscription, payment_gate
-from svcpay.gate.chain import RETRY_AFTER_SECS, ChainSubscriptions
+from svcpay.gate.chain import ChainSubscriptions
 from svcpay.gate.pricing import Terms
 from svcpay.program.client import BillingClient
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.replay import MemoryReplayStore
+from svcpay.schemes.subscription.server import RETRY_AFTER_SECS
 
 pytestmark = pytest.mark.anyio
 

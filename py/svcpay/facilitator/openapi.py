@@ -1,9 +1,9 @@
 """The facilitator's OpenAPI 3.1 document (served at GET /openapi.json).
 
-It describes exactly what the handlers in `svcpay.facilitator.app` accept and answer: the
-request bodies (required fields, types, lengths, base58 addresses, digit-string amounts),
-every status a handler can return with its body, the bearer API key of the /v1 routes,
-and the protocol's PaymentOption (a 402's `paymentRequirements` entry) and PaymentProof.
+Its schemas are generated from the pydantic models the handlers validate with and answer in
+(`svcpay.facilitator.models`, the protocol's PaymentOption and PaymentProof, x402's request
+and answer models), so the document and the app refuse the same bodies; this module adds the
+paths, statuses, query parameters and the bearer API key of the /v1 routes.
 tests/facilitator/test_fuzz.py fuzzes the app against it (schemathesis).
 """
 
@@ -15,34 +15,19 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from svcpay.facilitator.lifecycle import EVENT_TYPES
-from svcpay.facilitator.usage import MAX_AMOUNT as MAX_USAGE_AMOUNT
-from svcpay.protocol.headers import PROTOCOL_VERSION, SCHEME_EXACT
+from svcpay.facilitator import models as m
+from svcpay.facilitator.models import MAX_BODY
 from svcpay.schemes.x402_exact.facilitator import RequestV1, RequestV2
 from svcpay.schemes.x402_exact.wire import (
     PaymentPayload,
     PaymentPayloadV1,
     SettleResponse,
-    Supported,
     VerifyResponse,
 )
 
 JSON = "application/json"
 Schema = dict[str, Any]
-
-BASE58_ADDRESS = "^[1-9A-HJ-NP-Za-km-z]{32,44}$"
 EVENTS_AFTER_MAX = 2**62
-# The limits app.py checks (it imports this module, so they are restated here; the fuzz test
-# holds the two together).
-MAX_BODY = 64 * 1024
-MAX_URL = 2000
-MAX_IDEMPOTENCY_KEY = 200
-# A webhook URL: http(s), optional user info, a host name or IPv4 address, optional port,
-# path, query and fragment; no spaces or control characters (spelled out: Python's \s and
-# JSON Schema's disagree on some). app.py accepts exactly these (re.fullmatch).
-# https, no credentials (http and private addresses only with SVCPAY_WEBHOOK_ALLOW_LOCAL,
-# which the server checks beyond this pattern).
-WEBHOOK_URL = r"^[Hh][Tt][Tt][Pp][Ss]?://[A-Za-z0-9.-]+(:[0-9]{1,5})?([/?#][^\x00-\x20\x7f]*)?$"
 
 
 def ref(name: str) -> Schema:
@@ -53,13 +38,18 @@ def json_content(schema: Schema) -> Schema:
     return {JSON: {"schema": schema}}
 
 
+def model(cls: type[BaseModel]) -> Schema:
+    """A $ref to `cls`'s generated schema (see MODELS)."""
+    return ref(cls.__name__)
+
+
 def ok(description: str, schema: Schema) -> Schema:
     return {"description": description, "content": json_content(schema)}
 
 
 def error(description: str) -> Schema:
     """A 4xx/5xx answer: `{"error": Name, "message": what to do}`."""
-    return {"description": description, "content": json_content(ref("Error"))}
+    return {"description": description, "content": json_content(model(m.Error))}
 
 
 def shared(name: str) -> Schema:
@@ -74,8 +64,9 @@ def obj(properties: Schema, required: list[str] | None = None, **extra: Any) -> 
     return out
 
 
-def body(schema: Schema, description: str) -> Schema:
-    return {"required": True, "description": description, "content": json_content(schema)}
+def body(schema: Schema | type[BaseModel], description: str) -> Schema:
+    content = model(schema) if isinstance(schema, type) else schema
+    return {"required": True, "description": description, "content": json_content(content)}
 
 
 def query(name: str, description: str, schema: Schema) -> Schema:
@@ -120,8 +111,23 @@ RANGE = [
 ]
 
 
-# x402's objects, generated from the pydantic models the handlers use (requests as they are
-# validated, answers as they are serialized), named X402<Model> among the components.
+# The models the handlers use, requests as they are validated and answers as they are
+# serialized, named by class among the components; x402's are named X402<Model>.
+MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
+    (m.AuthorizeRequest, "validation"),  # its PaymentOption (OneTimeOption)
+    (m.VerifyRequest, "validation"),  # its PaymentProof, also /authorize's answer
+    (m.UsageRequest, "validation"),
+    (m.WebhookRequest, "validation"),
+    (m.Error, "serialization"),
+    (m.Verdict, "serialization"),
+    (m.UsageResult, "serialization"),
+    (m.EventPage, "serialization"),
+    (m.EndpointList, "serialization"),
+    (m.CreatedEndpoint, "serialization"),
+    (m.DeliveryList, "serialization"),
+    (m.Health, "serialization"),
+    (m.SupportedHere, "serialization"),
+]
 X402_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (RequestV2, "validation"),
     (RequestV1, "validation"),
@@ -129,7 +135,6 @@ X402_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (PaymentPayloadV1, "validation"),
     (VerifyResponse, "serialization"),
     (SettleResponse, "serialization"),
-    (Supported, "serialization"),
 ]
 
 
@@ -141,130 +146,11 @@ def generated(models: list[tuple[type[BaseModel], JsonSchemaMode]], prefix: str)
 
 
 def _components() -> Schema:
-    address = {
-        "type": "string",
-        "pattern": BASE58_ADDRESS,
-        "description": "a base58 Solana address (32 bytes)",
-    }
-    amount = {
-        "type": "string",
-        "pattern": "^[0-9]{1,20}$",
-        "description": 'base units as a decimal string within u64, e.g. "500000"',
-    }
-    unix = {"type": "integer", "minimum": 0, "description": "unix seconds"}
     schemas: Schema = {
-        "Error": obj(
-            {
-                "error": {
-                    "type": "string",
-                    "description": "what went wrong, e.g. InvalidRequest, Unauthorized, "
-                    "NotFound, InsufficientFunds, TermsMismatch, AllowanceExhausted",
-                },
-                "message": {"type": "string", "description": "what to do about it"},
-            },
-            ["error", "message"],
-        ),
-        "Address": address,
-        "Amount": amount,
-        "SvcExtension": obj(
-            {
-                "planId": ref("Address"),
-                "subscriptionScheme": {"type": "boolean"},
-                "facilitator": {"type": "string"},
-                "interval": {"type": "integer", "minimum": 1},
-            },
-            description="svc: subscription and plan information (spec 2.3)",
-        ),
-        "PaymentOption": obj(
-            {
-                "scheme": {"type": "string", "enum": [SCHEME_EXACT]},
-                "network": {"type": "string", "description": "e.g. solana-mainnet"},
-                "token": ref("Address"),
-                "amount": ref("Amount"),
-                "payTo": ref("Address"),
-                "memo": {
-                    "type": "string",
-                    "minLength": 1,
-                    "description": "the memo the server issued (required for one-time)",
-                },
-                "svc": ref("SvcExtension"),
-            },
-            ["scheme", "network", "token", "amount", "payTo", "memo"],
-            description="one entry of a 402 body's `accepts` (its paymentRequirements); "
-            "unknown fields are tolerated",
-        ),
-        "PaymentProof": obj(
-            {
-                "version": {"type": "string", "enum": [PROTOCOL_VERSION]},
-                "network": {"type": "string"},
-                "transaction": {
-                    "type": "string",
-                    "description": "the settled transaction's signature (base58)",
-                },
-                "payer": ref("Address"),
-                "payTo": ref("Address"),
-                "token": ref("Address"),
-                "amount": ref("Amount"),
-                "memo": {"type": "string"},
-                "issuedAt": unix,
-                "expiresAt": unix,
-                "facilitator": ref("Address"),
-                "signature": {
-                    "type": "string",
-                    "description": "the facilitator's base58 ed25519 signature over "
-                    'b"svcpay-proof-v1:" + the canonical JSON of the other fields',
-                },
-            },
-            [
-                "network",
-                "transaction",
-                "payer",
-                "payTo",
-                "token",
-                "amount",
-                "memo",
-                "issuedAt",
-                "expiresAt",
-                "facilitator",
-            ],
-            description="a settlement's signed proof, sent to gates as X-PAYMENT: base64(JSON)",
-        ),
-        "Event": obj(
-            {
-                "id": {"type": "string"},
-                "type": {"type": "string", "enum": list(EVENT_TYPES)},
-                "created": unix,
-                "data": {"type": "object"},
-            },
-            ["id", "type", "created", "data"],
-            additionalProperties=False,
-            description="a lifecycle event (also the body of a webhook delivery)",
-        ),
-        "WebhookEndpoint": obj(
-            {
-                "id": {"type": "string"},
-                "url": {"type": "string"},
-                "eventTypes": {"type": "array", "items": {"type": "string"}},
-                "created": unix,
-                "disabled": {"type": "boolean"},
-            },
-            ["id", "url", "eventTypes", "created", "disabled"],
-        ),
-        "Delivery": obj(
-            {
-                "id": {"type": "integer"},
-                "eventId": {"type": "string"},
-                "status": {"type": "string", "enum": ["pending", "delivered", "dead"]},
-                "attempts": {"type": "integer", "minimum": 0},
-                "lastStatus": {"type": ["integer", "null"]},
-                "lastError": {"type": ["string", "null"]},
-                "deliveredAt": {"type": ["integer", "null"]},
-            },
-            ["id", "eventId", "status", "attempts", "lastStatus", "lastError", "deliveredAt"],
-        ),
+        **generated(MODELS, ""),
+        "AnalyticsReport": _analytics_report(),
+        **generated(X402_MODELS, "X402"),
     }
-    schemas["AnalyticsReport"] = _analytics_report()
-    schemas.update(generated(X402_MODELS, "X402"))
     responses: Schema = {
         "InvalidRequest": error(
             "InvalidRequest: the body is not a JSON object, a field is missing or malformed, "
@@ -355,50 +241,6 @@ def _analytics_report() -> Schema:
 
 
 def _public_paths() -> Schema:
-    fee_payer = obj(
-        {
-            "address": {"type": "string"},
-            "lamports": {"type": ["integer", "null"]},
-            "status": {"type": "string", "enum": ["ok", "low", "unknown"]},
-        },
-        ["address", "lamports", "status"],
-    )
-    health_body = obj(
-        {
-            "status": {"type": "string", "enum": ["ok", "degraded"]},
-            "database": {"type": "string", "enum": ["ok", "unreachable"]},
-            "rpc": {"type": "string", "enum": ["ok", "unreachable"]},
-            "feePayer": fee_payer,
-        },
-        ["status", "database", "rpc", "feePayer"],
-    )
-    authorize_body = obj(
-        {
-            "signedPayment": {
-                "type": "string",
-                "description": "base64 of the client-signed v0 transaction whose fee payer "
-                "is the facilitator",
-            },
-            "paymentRequirements": ref("PaymentOption"),
-        },
-        ["signedPayment", "paymentRequirements"],
-    )
-    verify_body = obj({"proof": ref("PaymentProof")}, ["proof"])
-    supported = {
-        "allOf": [
-            ref("X402Supported"),
-            obj(
-                {
-                    "feePayer": ref("Address"),
-                    "facilitatorKey": ref("Address"),
-                    "eventTypes": {"type": "array", "items": {"type": "string"}},
-                },
-                ["feePayer", "facilitatorKey", "eventTypes"],
-            ),
-        ],
-        "description": "x402's SupportedResponse (an `exact` kind per wire version) and "
-        "svcpay's fields: the fee payer, the key that signs proofs, the webhook event types",
-    }
     x402_body = {"anyOf": [ref("X402RequestV2"), ref("X402RequestV1")]}
     x402_errors = {
         "400": error(
@@ -413,7 +255,9 @@ def _public_paths() -> Schema:
                 "operationId": "authorize",
                 "tags": ["payments"],
                 "summary": "Settle a one-time payment and answer its signed proof",
-                "requestBody": body(authorize_body, "the signed transfer and the terms it pays"),
+                "requestBody": body(
+                    m.AuthorizeRequest, "the signed transfer and the terms it pays"
+                ),
                 "responses": {
                     "200": ok("settled: the proof", ref("PaymentProof")),
                     "400": error(
@@ -447,21 +291,13 @@ def _public_paths() -> Schema:
                 "/settle makes and a simulation, answered with 200 and x402's reason. "
                 "Otherwise the proof is checked: this facilitator's, unexpired, settled.",
                 "requestBody": body(
-                    {"anyOf": [verify_body, x402_body["anyOf"][0], x402_body["anyOf"][1]]},
+                    {"anyOf": [model(m.VerifyRequest), *x402_body["anyOf"]]},
                     "the proof to check, or an x402 payment and its requirements",
                 ),
                 "responses": {
                     "200": ok(
                         "the verdict",
-                        {
-                            "anyOf": [
-                                obj(
-                                    {"valid": {"type": "boolean"}, "reason": {"type": "string"}},
-                                    ["valid", "reason"],
-                                ),
-                                ref("X402VerifyResponse"),
-                            ]
-                        },
+                        {"anyOf": [model(m.Verdict), ref("X402VerifyResponse")]},
                     ),
                     **BODY_ERRORS,
                 },
@@ -490,7 +326,7 @@ def _public_paths() -> Schema:
                 "operationId": "supported",
                 "tags": ["payments"],
                 "summary": "Networks and schemes settled here, and the key gates trust",
-                "responses": {"200": ok("what this facilitator supports", supported)},
+                "responses": {"200": ok("what this facilitator supports", model(m.SupportedHere))},
             }
         },
         "/health": {
@@ -498,11 +334,11 @@ def _public_paths() -> Schema:
                 "operationId": "health",
                 "tags": ["meta"],
                 "responses": {
-                    "200": ok("database and RPC node reachable, fee payer funded", health_body),
+                    "200": ok("database and RPC node reachable, fee payer funded", model(m.Health)),
                     "503": ok(
                         "the database or the RPC node is unreachable, or the fee "
                         "payer's balance is low",
-                        health_body,
+                        model(m.Health),
                     ),
                 },
             }
@@ -518,65 +354,6 @@ def _public_paths() -> Schema:
 
 
 def _provider_paths() -> Schema:
-    amount = {
-        "oneOf": [
-            ref("Amount"),
-            {"type": "integer", "minimum": 1, "maximum": MAX_USAGE_AMOUNT},
-        ],
-        "description": f"base units, 1 to {MAX_USAGE_AMOUNT}: a decimal string or an integer",
-    }
-    usage_body = obj(
-        {
-            "subscription": ref("Address"),
-            "amount": amount,
-            "idempotencyKey": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": MAX_IDEMPOTENCY_KEY,
-                "description": "the same key reports the same usage once",
-            },
-        },
-        ["subscription", "amount", "idempotencyKey"],
-    )
-    usage_result = obj(
-        {
-            "id": {"type": "string"},
-            "status": {"type": "string", "description": "deducted"},
-            "subscription": ref("Address"),
-            "amount": ref("Amount"),
-            "transaction": {"type": "string", "description": "the deduction's signature"},
-            "used": {"type": "string", "pattern": "^[0-9]+$"},
-            "cap": {"type": "string", "pattern": "^[0-9]+$"},
-            "remaining": {"type": "string", "pattern": "^[0-9]+$"},
-        },
-        ["id", "status", "subscription", "amount", "transaction"],
-    )
-    webhook_body = obj(
-        {
-            "url": {
-                "type": "string",
-                "maxLength": MAX_URL,
-                "pattern": WEBHOOK_URL,
-                "description": "an absolute http(s) URL: a host name or IPv4 address, no spaces",
-            },
-            "eventTypes": {
-                "type": "array",
-                "minItems": 1,
-                "items": {"type": "string", "enum": ["*", *EVENT_TYPES]},
-                "default": ["*"],
-            },
-        },
-        ["url"],
-    )
-    created_endpoint = {
-        "allOf": [
-            ref("WebhookEndpoint"),
-            obj(
-                {"secret": {"type": "string", "description": "the signing secret, shown once"}},
-                ["secret"],
-            ),
-        ]
-    }
     unauthorized = {"401": shared("Unauthorized")}
     not_found = {"404": error("NotFound: no such (active) webhook endpoint of this provider")}
     return {
@@ -585,9 +362,9 @@ def _provider_paths() -> Schema:
                 **PROVIDER,
                 "operationId": "reportUsage",
                 "summary": "Report metered usage: the facilitator signs deduct_allowance",
-                "requestBody": body(usage_body, "the usage to deduct from the allowance"),
+                "requestBody": body(m.UsageRequest, "the usage to deduct from the allowance"),
                 "responses": {
-                    "200": ok("deducted", usage_result),
+                    "200": ok("deducted", model(m.UsageResult)),
                     "400": error("InvalidRequest, ZeroAmount or MathOverflow"),
                     **unauthorized,
                     "402": error(
@@ -629,16 +406,7 @@ def _provider_paths() -> Schema:
                     ),
                 ],
                 "responses": {
-                    "200": ok(
-                        "a page of events",
-                        obj(
-                            {
-                                "events": {"type": "array", "items": ref("Event")},
-                                "next": {"type": "integer", "minimum": 0},
-                            },
-                            ["events", "next"],
-                        ),
-                    ),
+                    "200": ok("a page of events", model(m.EventPage)),
                     "400": shared("InvalidRequest"),
                     **unauthorized,
                 },
@@ -649,22 +417,16 @@ def _provider_paths() -> Schema:
                 **PROVIDER,
                 "operationId": "listWebhooks",
                 "responses": {
-                    "200": ok(
-                        "this provider's webhook endpoints",
-                        obj(
-                            {"endpoints": {"type": "array", "items": ref("WebhookEndpoint")}},
-                            ["endpoints"],
-                        ),
-                    ),
+                    "200": ok("this provider's webhook endpoints", model(m.EndpointList)),
                     **unauthorized,
                 },
             },
             "post": {
                 **PROVIDER,
                 "operationId": "createWebhook",
-                "requestBody": body(webhook_body, "where to deliver which events"),
+                "requestBody": body(m.WebhookRequest, "where to deliver which events"),
                 "responses": {
-                    "201": ok("created, with its signing secret", created_endpoint),
+                    "201": ok("created, with its signing secret", model(m.CreatedEndpoint)),
                     **BODY_ERRORS,
                     **unauthorized,
                 },
@@ -688,13 +450,7 @@ def _provider_paths() -> Schema:
                 "operationId": "listDeliveries",
                 "parameters": [ENDPOINT_ID],
                 "responses": {
-                    "200": ok(
-                        "the endpoint's deliveries, oldest first",
-                        obj(
-                            {"deliveries": {"type": "array", "items": ref("Delivery")}},
-                            ["deliveries"],
-                        ),
-                    ),
+                    "200": ok("the endpoint's deliveries, oldest first", model(m.DeliveryList)),
                     **unauthorized,
                     **not_found,
                 },

@@ -11,6 +11,7 @@ x402's from `svcpay.schemes.x402_exact`.
 from __future__ import annotations
 
 import base64
+import datetime as dt
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -282,3 +283,71 @@ class SupportedHere(Supported):
     fee_payer: Address
     facilitator_key: Address
     event_types: list[str]
+
+
+# -- analytics (what `analytics.report` answers for one provider) ---------------------------
+Count = Annotated[int, Field(ge=0)]
+
+
+class Volume(Body):
+    volume: Units
+    payments: Count
+
+
+class VolumeByMode(Body):
+    one_time: Volume
+    subscription: Volume
+    metered: Volume
+
+
+class AnalyticsTotals(Body):
+    volume: Units
+    payments: Count
+    by_mode: VolumeByMode
+
+
+class AnalyticsDay(Body):
+    """One UTC day (every day of the range, zeros included)."""
+
+    date: dt.date
+    one_time: Units
+    subscription: Units
+    metered: Units
+    volume: Units
+    payments: Count
+    new_subscriptions: Count
+    churned: Count
+    active_subscriptions: int | None = Field(default=None, description="at the day's end")
+
+
+class PlanVolume(Body):
+    plan: str
+    volume: Units
+    payments: Count
+
+
+class SubscriptionCounts(Body):
+    active: Count
+    new: Count
+    churned: Count
+
+
+class RecurringRevenue(Body):
+    monthly: Units
+    basis: str = Field(description="30-day")
+
+
+class AnalyticsReport(Body):
+    """Payment volume by day, mode and plan; subscriptions; recurring revenue (amounts in
+    base units)."""
+
+    from_: dt.date = Field(alias="from", description="the first UTC day")
+    to: dt.date = Field(description="the last UTC day")
+    start: Unix
+    end: Unix
+    provider: str | None = None
+    totals: AnalyticsTotals
+    days: list[AnalyticsDay]
+    by_plan: list[PlanVolume] = Field(description="payments with a plan, largest first")
+    subscriptions: SubscriptionCounts
+    recurring_revenue: RecurringRevenue

@@ -56,14 +56,6 @@ def shared(name: str) -> Schema:
     return {"$ref": f"#/components/responses/{name}"}
 
 
-def obj(properties: Schema, required: list[str] | None = None, **extra: Any) -> Schema:
-    out: Schema = {"type": "object", "properties": properties}
-    if required:
-        out["required"] = required
-    out.update(extra)
-    return out
-
-
 def body(schema: Schema | type[BaseModel], description: str) -> Schema:
     content = model(schema) if isinstance(schema, type) else schema
     return {"required": True, "description": description, "content": json_content(content)}
@@ -127,6 +119,7 @@ MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (m.DeliveryList, "serialization"),
     (m.Health, "serialization"),
     (m.SupportedHere, "serialization"),
+    (m.AnalyticsReport, "serialization"),
 ]
 X402_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (RequestV2, "validation"),
@@ -148,7 +141,6 @@ def generated(models: list[tuple[type[BaseModel], JsonSchemaMode]], prefix: str)
 def _components() -> Schema:
     schemas: Schema = {
         **generated(MODELS, ""),
-        "AnalyticsReport": _analytics_report(),
         **generated(X402_MODELS, "X402"),
     }
     responses: Schema = {
@@ -173,71 +165,6 @@ def _components() -> Schema:
             }
         },
     }
-
-
-def _analytics_report() -> Schema:
-    """What `analytics.report` answers for one provider."""
-    units = {"type": "string", "pattern": "^[0-9]+$", "description": "base units"}
-    count = {"type": "integer", "minimum": 0}
-    day = {"type": "string", "format": "date"}
-    volume = obj({"volume": units, "payments": count}, ["volume", "payments"])
-    modes = ["oneTime", "subscription", "metered"]
-    day_row = obj(
-        {
-            "date": day,
-            **dict.fromkeys(modes, units),
-            "volume": units,
-            "payments": count,
-            "newSubscriptions": count,
-            "churned": count,
-            "activeSubscriptions": {"type": "integer"},
-        },
-        ["date", *modes, "volume", "payments", "newSubscriptions", "churned"],
-    )
-    return obj(
-        {
-            "from": day,
-            "to": day,
-            "start": {"type": "integer", "minimum": 0},
-            "end": {"type": "integer", "minimum": 0},
-            "provider": {"type": ["string", "null"]},
-            "totals": obj(
-                {
-                    "volume": units,
-                    "payments": count,
-                    "byMode": obj(dict.fromkeys(modes, volume), modes),
-                },
-                ["volume", "payments", "byMode"],
-            ),
-            "days": {"type": "array", "items": day_row},
-            "byPlan": {
-                "type": "array",
-                "items": obj(
-                    {"plan": {"type": "string"}, "volume": units, "payments": count},
-                    ["plan", "volume", "payments"],
-                ),
-            },
-            "subscriptions": obj(
-                {"active": count, "new": count, "churned": count}, ["active", "new", "churned"]
-            ),
-            "recurringRevenue": obj(
-                {"monthly": units, "basis": {"type": "string"}}, ["monthly", "basis"]
-            ),
-        },
-        [
-            "from",
-            "to",
-            "start",
-            "end",
-            "totals",
-            "days",
-            "byPlan",
-            "subscriptions",
-            "recurringRevenue",
-        ],
-        description="payment volume by day, mode and plan; subscriptions; recurring revenue "
-        "(amounts in base units)",
-    )
 
 
 def _public_paths() -> Schema:
@@ -463,7 +390,7 @@ def _provider_paths() -> Schema:
                 "summary": "Revenue and lifecycle counts over a time range",
                 "parameters": RANGE,
                 "responses": {
-                    "200": ok("the report", ref("AnalyticsReport")),
+                    "200": ok("the report", model(m.AnalyticsReport)),
                     "400": shared("InvalidRequest"),
                     **unauthorized,
                 },

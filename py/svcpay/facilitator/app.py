@@ -36,6 +36,8 @@ from svcpay.facilitator.lifecycle import EVENT_TYPES
 from svcpay.facilitator.models import (
     MAX_BODY,
     AuthorizeRequest,
+    EventsQuery,
+    RangeQuery,
     UsageRequest,
     Verdict,
     VerifyRequest,
@@ -92,6 +94,22 @@ async def request_body(request: Request, model: type[M]) -> M:
     body = await json_body(request)
     try:
         return parse(model, body)
+    except ProtocolError as e:
+        raise BadRequest(e.reason) from e
+
+
+def query(request: Request, model: type[M]) -> M:
+    """The query parameters `model` names, as `model` (integers in ASCII digits); a 400
+    naming the first defect otherwise. Others are ignored."""
+    values: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        raw = request.query_params.get(key)
+        if raw is not None:
+            number = field.annotation is int and raw.isascii() and raw.isdigit()
+            values[key] = int(raw) if number and len(raw) <= 30 else raw
+    try:
+        return parse(model, values)
     except ProtocolError as e:
         raise BadRequest(e.reason) from e
 
@@ -218,13 +236,12 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
             return reply
 
     async def list_events(request: Request, provider_id: str) -> Response:
-        after = _int_param(request, "after", 0, 0, 2**62)
-        limit = _int_param(request, "limit", 100, 1, 1000)
-        found = await store.events(provider_id, after_seq=after, limit=limit)
+        page = query(request, EventsQuery)
+        found = await store.events(provider_id, after_seq=page.after, limit=page.limit)
         return JSONResponse(
             {
                 "events": [e.to_json_dict() for e in found],
-                "next": found[-1].seq if found else after,
+                "next": found[-1].seq if found else page.after,
             }
         )
 
@@ -315,17 +332,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     )
 
 
-def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    if not (raw.isascii() and raw.isdigit()) or not low <= int(raw) <= high:
-        raise BadRequest(f"{name} must be an integer from {low} to {high}")
-    return int(raw)
-
-
 def _range(request: Request) -> tuple[int, int]:
+    bounds = query(request, RangeQuery)
+    params = {k: v for k, v in (("from", bounds.from_), ("to", bounds.to)) if v is not None}
     try:
-        return analytics.parse_range(request.query_params, int(time.time()))
+        return analytics.parse_range(params, int(time.time()))
     except ValueError as e:
         raise BadRequest(str(e)) from e

@@ -188,6 +188,46 @@ class WebhookRequest(Body):
     ] = ["*"]
 
 
+# -- query parameters (all optional; the app ignores others) --------------------------------
+EVENTS_AFTER_MAX = 2**62
+# What analytics.parse_range reads, around str.strip()'s whitespace (JSON Schema's \s lacks
+# a few of Python's); it checks the dates and the range beyond this.
+_SPACE = r"[\s\x1c-\x1f\x85]*"
+RANGE_BOUND = rf"^{_SPACE}([0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}|[0-9]{{1,15}}){_SPACE}$"
+
+
+class EventsQuery(Body):
+    """GET /v1/events?after=&limit="""
+
+    after: Annotated[
+        int,
+        Field(ge=0, le=EVENTS_AFTER_MAX),
+        explained(f"must be an integer from 0 to {EVENTS_AFTER_MAX}"),
+    ] = Field(
+        default=0,
+        description="only events after this sequence number (the previous page's `next`)",
+    )
+    limit: Annotated[int, Field(ge=1, le=1000), explained("must be an integer from 1 to 1000")] = (
+        Field(default=100, description="at most this many events")
+    )
+
+
+class RangeQuery(Body):
+    """GET /v1/analytics?from=&to= (and the chart's)."""
+
+    from_: Annotated[str, Field(pattern=RANGE_BOUND)] | None = Field(
+        default=None,
+        alias="from",
+        description="start of the range: a UTC date YYYY-MM-DD or unix seconds (default: 30 "
+        "days before `to`); at most 366 days before `to`",
+    )
+    to: Annotated[str, Field(pattern=RANGE_BOUND)] | None = Field(
+        default=None,
+        description="end of the range: a UTC date YYYY-MM-DD (inclusive) or unix seconds "
+        "(exclusive); default: the end of today",
+    )
+
+
 # -- answers ---------------------------------------------------------------------------------
 class Error(Body):
     """Every 4xx/5xx answer."""

@@ -27,7 +27,6 @@ from svcpay.schemes.x402_exact.wire import (
 
 JSON = "application/json"
 Schema = dict[str, Any]
-EVENTS_AFTER_MAX = 2**62
 
 
 def ref(name: str) -> Schema:
@@ -61,14 +60,26 @@ def body(schema: Schema | type[BaseModel], description: str) -> Schema:
     return {"required": True, "description": description, "content": json_content(content)}
 
 
-def query(name: str, description: str, schema: Schema) -> Schema:
-    return {
-        "name": name,
-        "in": "query",
-        "required": False,
-        "description": description,
-        "schema": schema,
-    }
+def parameters(cls: type[BaseModel]) -> list[Schema]:
+    """The optional query parameters `cls` (a query model of `models`) describes."""
+    out = []
+    for name, prop in cls.model_json_schema()["properties"].items():
+        description = prop.pop("description", "")
+        # `X | None` fields: absent is None; a parameter that is present is an X
+        variants = [s for s in prop.pop("anyOf", []) if s != {"type": "null"}]
+        if prop.get("default", 0) is None:
+            del prop["default"]
+        schema = {**prop, **variants[0]} if variants else prop
+        out.append(
+            {
+                "name": name,
+                "in": "query",
+                "required": False,
+                "description": description,
+                "schema": schema,
+            }
+        )
+    return out
 
 
 BODY_ERRORS = {
@@ -83,24 +94,7 @@ ENDPOINT_ID = {
     "description": "the webhook endpoint's id (`we_...`)",
     "schema": {"type": "string", "minLength": 1},
 }
-# What analytics.parse_range reads, around str.strip()'s whitespace (JSON Schema's \s lacks
-# a few of Python's).
-_SPACE = r"[\s\x1c-\x1f\x85]*"
-RANGE_BOUND = rf"^{_SPACE}([0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}|[0-9]{{1,15}}){_SPACE}$"
-RANGE = [
-    query(
-        "from",
-        "start of the range: a UTC date YYYY-MM-DD or unix seconds (default: 30 days before "
-        "`to`); at most 366 days before `to`",
-        {"type": "string", "pattern": RANGE_BOUND},
-    ),
-    query(
-        "to",
-        "end of the range: a UTC date YYYY-MM-DD (inclusive) or unix seconds (exclusive); "
-        "default: the end of today",
-        {"type": "string", "pattern": RANGE_BOUND},
-    ),
-]
+RANGE = parameters(m.RangeQuery)
 
 
 # The models the handlers use, requests as they are validated and answers as they are
@@ -320,18 +314,7 @@ def _provider_paths() -> Schema:
                 **PROVIDER,
                 "operationId": "listEvents",
                 "summary": "This provider's lifecycle events, oldest first",
-                "parameters": [
-                    query(
-                        "after",
-                        "only events after this sequence number (the previous page's `next`)",
-                        {"type": "integer", "minimum": 0, "maximum": EVENTS_AFTER_MAX},
-                    ),
-                    query(
-                        "limit",
-                        "at most this many events",
-                        {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
-                    ),
-                ],
+                "parameters": parameters(m.EventsQuery),
                 "responses": {
                     "200": ok("a page of events", model(m.EventPage)),
                     "400": shared("InvalidRequest"),

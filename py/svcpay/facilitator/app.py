@@ -32,6 +32,7 @@ from starlette.routing import Route
 
 from svcpay._extras import MissingExtra
 from svcpay.facilitator import analytics
+from svcpay.facilitator.answers import Verdict
 from svcpay.facilitator.lifecycle import EVENT_TYPES
 from svcpay.facilitator.models import (
     MAX_BODY,
@@ -39,7 +40,6 @@ from svcpay.facilitator.models import (
     EventsQuery,
     RangeQuery,
     UsageRequest,
-    Verdict,
     VerifyRequest,
     WebhookRequest,
     parse,

@@ -1,9 +1,9 @@
 """The facilitator's OpenAPI 3.1 document (served at GET /openapi.json).
 
-Its schemas are generated from the pydantic models the handlers validate with and answer in
-(`svcpay.facilitator.models`, the protocol's PaymentOption and PaymentProof, x402's request
-and answer models), so the document and the app refuse the same bodies; this module adds the
-paths, statuses, query parameters and the bearer API key of the /v1 routes.
+Its schemas are generated from the pydantic models the handlers validate with and answer
+in (`svcpay.facilitator.models` and `.answers`, the protocol's PaymentOption and PaymentProof,
+x402's request and answer models), so the document and the app refuse the same bodies; this
+module adds the paths, statuses, query parameters and the bearer API key of the /v1 routes.
 tests/facilitator/test_fuzz.py fuzzes the app against it (schemathesis).
 """
 
@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
+from svcpay.facilitator import answers as a
 from svcpay.facilitator import models as m
 from svcpay.facilitator.models import MAX_BODY
 from svcpay.schemes.x402_exact.facilitator import RequestV1, RequestV2
@@ -48,7 +49,7 @@ def ok(description: str, schema: Schema) -> Schema:
 
 def error(description: str) -> Schema:
     """A 4xx/5xx answer: `{"error": Name, "message": what to do}`."""
-    return {"description": description, "content": json_content(model(m.Error))}
+    return {"description": description, "content": json_content(model(a.Error))}
 
 
 def shared(name: str) -> Schema:
@@ -104,16 +105,16 @@ MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (m.VerifyRequest, "validation"),  # its PaymentProof, also /authorize's answer
     (m.UsageRequest, "validation"),
     (m.WebhookRequest, "validation"),
-    (m.Error, "serialization"),
-    (m.Verdict, "serialization"),
-    (m.UsageResult, "serialization"),
-    (m.EventPage, "serialization"),
-    (m.EndpointList, "serialization"),
-    (m.CreatedEndpoint, "serialization"),
-    (m.DeliveryList, "serialization"),
-    (m.Health, "serialization"),
-    (m.SupportedHere, "serialization"),
-    (m.AnalyticsReport, "serialization"),
+    (a.Error, "serialization"),
+    (a.Verdict, "serialization"),
+    (a.UsageResult, "serialization"),
+    (a.EventPage, "serialization"),
+    (a.EndpointList, "serialization"),
+    (a.CreatedEndpoint, "serialization"),
+    (a.DeliveryList, "serialization"),
+    (a.Health, "serialization"),
+    (a.SupportedHere, "serialization"),
+    (a.AnalyticsReport, "serialization"),
 ]
 X402_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (RequestV2, "validation"),
@@ -218,7 +219,7 @@ def _public_paths() -> Schema:
                 "responses": {
                     "200": ok(
                         "the verdict",
-                        {"anyOf": [model(m.Verdict), ref("X402VerifyResponse")]},
+                        {"anyOf": [model(a.Verdict), ref("X402VerifyResponse")]},
                     ),
                     **BODY_ERRORS,
                 },
@@ -247,7 +248,7 @@ def _public_paths() -> Schema:
                 "operationId": "supported",
                 "tags": ["payments"],
                 "summary": "Networks and schemes settled here, and the key gates trust",
-                "responses": {"200": ok("what this facilitator supports", model(m.SupportedHere))},
+                "responses": {"200": ok("what this facilitator supports", model(a.SupportedHere))},
             }
         },
         "/health": {
@@ -255,11 +256,11 @@ def _public_paths() -> Schema:
                 "operationId": "health",
                 "tags": ["meta"],
                 "responses": {
-                    "200": ok("database and RPC node reachable, fee payer funded", model(m.Health)),
+                    "200": ok("database and RPC node reachable, fee payer funded", model(a.Health)),
                     "503": ok(
                         "the database or the RPC node is unreachable, or the fee "
                         "payer's balance is low",
-                        model(m.Health),
+                        model(a.Health),
                     ),
                 },
             }
@@ -285,7 +286,7 @@ def _provider_paths() -> Schema:
                 "summary": "Report metered usage: the facilitator signs deduct_allowance",
                 "requestBody": body(m.UsageRequest, "the usage to deduct from the allowance"),
                 "responses": {
-                    "200": ok("deducted", model(m.UsageResult)),
+                    "200": ok("deducted", model(a.UsageResult)),
                     "400": error("InvalidRequest, ZeroAmount or MathOverflow"),
                     **unauthorized,
                     "402": error(
@@ -316,7 +317,7 @@ def _provider_paths() -> Schema:
                 "summary": "This provider's lifecycle events, oldest first",
                 "parameters": parameters(m.EventsQuery),
                 "responses": {
-                    "200": ok("a page of events", model(m.EventPage)),
+                    "200": ok("a page of events", model(a.EventPage)),
                     "400": shared("InvalidRequest"),
                     **unauthorized,
                 },
@@ -327,7 +328,7 @@ def _provider_paths() -> Schema:
                 **PROVIDER,
                 "operationId": "listWebhooks",
                 "responses": {
-                    "200": ok("this provider's webhook endpoints", model(m.EndpointList)),
+                    "200": ok("this provider's webhook endpoints", model(a.EndpointList)),
                     **unauthorized,
                 },
             },
@@ -336,7 +337,7 @@ def _provider_paths() -> Schema:
                 "operationId": "createWebhook",
                 "requestBody": body(m.WebhookRequest, "where to deliver which events"),
                 "responses": {
-                    "201": ok("created, with its signing secret", model(m.CreatedEndpoint)),
+                    "201": ok("created, with its signing secret", model(a.CreatedEndpoint)),
                     **BODY_ERRORS,
                     **unauthorized,
                 },
@@ -360,7 +361,7 @@ def _provider_paths() -> Schema:
                 "operationId": "listDeliveries",
                 "parameters": [ENDPOINT_ID],
                 "responses": {
-                    "200": ok("the endpoint's deliveries, oldest first", model(m.DeliveryList)),
+                    "200": ok("the endpoint's deliveries, oldest first", model(a.DeliveryList)),
                     **unauthorized,
                     **not_found,
                 },
@@ -373,7 +374,7 @@ def _provider_paths() -> Schema:
                 "summary": "Revenue and lifecycle counts over a time range",
                 "parameters": RANGE,
                 "responses": {
-                    "200": ok("the report", model(m.AnalyticsReport)),
+                    "200": ok("the report", model(a.AnalyticsReport)),
                     "400": shared("InvalidRequest"),
                     **unauthorized,
                 },

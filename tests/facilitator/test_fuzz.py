@@ -354,6 +354,8 @@ async def test_a_body_that_is_no_json_object_is_a_400(
         ({"signedPayment": "AAAA"}, "paymentRequirements"),
         ({"signedPayment": "AAAA", "paymentRequirements": []}, "paymentRequirements"),
         ({"signedPayment": "%%%", "paymentRequirements": one_time_option()}, "base64"),
+        ({"signedPayment": "AAAA==", "paymentRequirements": one_time_option()}, "base64"),
+        ({"signed_payment": "AAAA", "paymentRequirements": one_time_option()}, "signedPayment"),
         ({"signedPayment": "Ä", "paymentRequirements": one_time_option()}, "base64"),
         (
             {"signedPayment": "AAAA", "paymentRequirements": one_time_option(amount=5)},
@@ -540,6 +542,7 @@ async def test_another_providers_webhook_endpoint_is_a_404(
         ({"subscription": ADDRESS, "amount": 2**63, "idempotencyKey": "k"}, "from 1 to"),
         ({"subscription": ADDRESS, "amount": str(2**64 - 1), "idempotencyKey": "k"}, "from 1"),
         ({"subscription": ADDRESS, "amount": "1"}, "idempotencyKey"),
+        ({"subscription": ADDRESS, "amount": "1", "idempotency_key": "k"}, "idempotencyKey"),
         ({"subscription": ADDRESS, "amount": "1", "idempotencyKey": ""}, "idempotencyKey"),
         ({"subscription": ADDRESS, "amount": "1", "idempotencyKey": "k" * 201}, "idempotency"),
     ],

@@ -16,16 +16,13 @@ input never yields a 5xx.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import json
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -35,17 +32,26 @@ from starlette.routing import Route
 
 from svcpay._extras import MissingExtra
 from svcpay.facilitator import analytics
+from svcpay.facilitator.answers import Verdict
 from svcpay.facilitator.lifecycle import EVENT_TYPES
-from svcpay.facilitator.openapi import WEBHOOK_URL, schema
+from svcpay.facilitator.models import (
+    MAX_BODY,
+    AuthorizeRequest,
+    EventsQuery,
+    RangeQuery,
+    UsageRequest,
+    VerifyRequest,
+    WebhookRequest,
+    parse,
+)
+from svcpay.facilitator.openapi import schema
 from svcpay.facilitator.service import Facilitator
 from svcpay.facilitator.settlement import SettlementError
-from svcpay.facilitator.usage import MAX_AMOUNT, UsageError
+from svcpay.facilitator.usage import UsageError
 from svcpay.facilitator.webhooks import check_endpoint_url
-from svcpay.protocol.models import PaymentOption, ProtocolError
-from svcpay.protocol.proof import PaymentProof
+from svcpay.protocol.models import ProtocolError
 from svcpay.schemes.x402_exact import facilitator as x402
 
-MAX_BODY = 64 * 1024
 # /health: below this the fee payer is "low" (about 200 transactions' fees at 5,000 lamports a
 # signature); the RPC node gets this long to answer.
 MIN_FEE_PAYER_LAMPORTS = 1_000_000
@@ -82,15 +88,30 @@ async def json_body(request: Request) -> dict[str, Any]:
     return body
 
 
-def parse_strict(model: type[M], data: Any) -> M:
-    """`data` as `model`, without coercion (an `issuedAt` of "5" or false is malformed, as
-    the OpenAPI schema says); ProtocolError with the first defect."""
+async def request_body(request: Request, model: type[M]) -> M:
+    """The body as `model` (`svcpay.facilitator.models`, whose schemas the OpenAPI document
+    holds): a 400 naming the first defect otherwise."""
+    body = await json_body(request)
     try:
-        return model.model_validate(data, strict=True)
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise ProtocolError(f"{where}: {first['msg'].removeprefix('Value error, ')}") from e
+        return parse(model, body)
+    except ProtocolError as e:
+        raise BadRequest(e.reason) from e
+
+
+def query(request: Request, model: type[M]) -> M:
+    """The query parameters `model` names, as `model` (integers in ASCII digits); a 400
+    naming the first defect otherwise. Others are ignored."""
+    values: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        raw = request.query_params.get(key)
+        if raw is not None:
+            number = field.annotation is int and raw.isascii() and raw.isdigit()
+            values[key] = int(raw) if number and len(raw) <= 30 else raw
+    try:
+        return parse(model, values)
+    except ProtocolError as e:
+        raise BadRequest(e.reason) from e
 
 
 def x402_request(body: dict[str, Any]) -> x402.Request:
@@ -129,22 +150,12 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
         return guarded(run)
 
     async def authorize(request: Request) -> Response:
-        body = await json_body(request)
-        if not isinstance(body.get("signedPayment"), str):
-            raise BadRequest("signedPayment (base64 transaction) is required")
-        try:
-            option = parse_strict(PaymentOption, body.get("paymentRequirements"))
-            tx = base64.b64decode(body["signedPayment"], validate=True)
-        except ProtocolError as e:
-            raise BadRequest(f"paymentRequirements: {e.reason}") from e
-        except (binascii.Error, ValueError) as e:
-            raise BadRequest("signedPayment must be base64") from e
+        body = await request_body(request, AuthorizeRequest)
+        option = body.payment_requirements
         if option.is_subscription or option.network != fac.config.network:
             raise BadRequest(f"only one-time {fac.config.network} payments are settled here")
-        if option.amount_units > MAX_AMOUNT:  # the store holds amounts as i64
-            raise BadRequest(f"paymentRequirements: amount above {MAX_AMOUNT}")
         try:
-            proof = await fac.settler.authorize(tx, option)
+            proof = await fac.settler.authorize(body.transaction, option)
         except SettlementError as e:
             return error(e.status, e.name, e.message)
         return JSONResponse(proof.to_json_dict())
@@ -158,11 +169,11 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
             verdict = await fac.x402.verify(x402_request(body))
             return JSONResponse(verdict.to_json_dict())
         try:
-            proof = parse_strict(PaymentProof, body.get("proof"))
+            proof = parse(VerifyRequest, body).proof
         except ProtocolError as e:
             raise BadRequest(e.reason) from e
         reason = await fac.settler.check_proof(proof)
-        return JSONResponse({"valid": reason is None, "reason": reason or ""})
+        return JSONResponse(Verdict(valid=reason is None, reason=reason or "").model_dump())
 
     async def settle(request: Request) -> Response:
         """x402's settle: HTTP 200 with `success` and x402's reason for every payment."""
@@ -212,18 +223,12 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
 
     # -- provider API -------------------------------------------------------------------
     async def usage(request: Request, provider_id: str) -> Response:
-        body = await json_body(request)
-        sub, amount, key = body.get("subscription"), body.get("amount"), body.get("idempotencyKey")
-        if not isinstance(sub, str) or not 32 <= len(sub) <= 44:
-            raise BadRequest("subscription (the subscription's address) is required")
-        if isinstance(amount, str) and amount.isascii() and amount.isdigit() and len(amount) <= 20:
-            amount = int(amount)
-        if not isinstance(amount, int) or isinstance(amount, bool):
-            raise BadRequest("amount (base units, a decimal string or integer) is required")
-        if not isinstance(key, str) or not 1 <= len(key) <= 200:
-            raise BadRequest("idempotencyKey (1 to 200 characters) is required")
+        body = await request_body(request, UsageRequest)
         try:
-            return JSONResponse(await fac.usage.report(provider_id, sub, amount, key))
+            outcome = await fac.usage.report(
+                provider_id, body.subscription, body.units, body.idempotency_key
+            )
+            return JSONResponse(outcome)
         except UsageError as e:
             reply = error(e.status, e.name, e.message)
             if e.retry_after is not None:  # transient: the same report, later
@@ -231,13 +236,12 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
             return reply
 
     async def list_events(request: Request, provider_id: str) -> Response:
-        after = _int_param(request, "after", 0, 0, 2**62)
-        limit = _int_param(request, "limit", 100, 1, 1000)
-        found = await store.events(provider_id, after_seq=after, limit=limit)
+        page = query(request, EventsQuery)
+        found = await store.events(provider_id, after_seq=page.after, limit=page.limit)
         return JSONResponse(
             {
                 "events": [e.to_json_dict() for e in found],
-                "next": found[-1].seq if found else after,
+                "next": found[-1].seq if found else page.after,
             }
         )
 
@@ -245,23 +249,11 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
         if request.method == "GET":
             found = await store.endpoints(provider_id)
             return JSONResponse({"endpoints": [e.to_json_dict() for e in found]})
-        body = await json_body(request)
-        url = body.get("url")
-        if not isinstance(url, str) or len(url) > 2000:
-            raise BadRequest("url (http or https, at most 2000 characters) is required")
-        if not re.fullmatch(WEBHOOK_URL, url):
-            raise BadRequest("url must be an absolute http(s) URL (a host name or IPv4 address)")
-        refused = check_endpoint_url(url, allow_local=fac.config.webhook_allow_local)
+        body = await request_body(request, WebhookRequest)
+        refused = check_endpoint_url(body.url, allow_local=fac.config.webhook_allow_local)
         if refused:
             raise BadRequest(refused)
-        types = body.get("eventTypes", ["*"])
-        if (
-            not isinstance(types, list)
-            or not types
-            or not all(isinstance(t, str) and (t == "*" or t in EVENT_TYPES) for t in types)
-        ):
-            raise BadRequest(f"eventTypes: a non-empty list of '*' or {', '.join(EVENT_TYPES)}")
-        endpoint, secret = await store.create_endpoint(provider_id, url, types)
+        endpoint, secret = await store.create_endpoint(provider_id, body.url, body.event_types)
         return JSONResponse({**endpoint.to_json_dict(), "secret": secret}, status_code=201)
 
     async def webhook(request: Request, provider_id: str) -> Response:
@@ -340,17 +332,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     )
 
 
-def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    if not (raw.isascii() and raw.isdigit()) or not low <= int(raw) <= high:
-        raise BadRequest(f"{name} must be an integer from {low} to {high}")
-    return int(raw)
-
-
 def _range(request: Request) -> tuple[int, int]:
+    bounds = query(request, RangeQuery)
+    params = {k: v for k, v in (("from", bounds.from_), ("to", bounds.to)) if v is not None}
     try:
-        return analytics.parse_range(request.query_params, int(time.time()))
+        return analytics.parse_range(params, int(time.time()))
     except ValueError as e:
         raise BadRequest(str(e)) from e

@@ -1,9 +1,9 @@
 """The facilitator's OpenAPI 3.1 document (served at GET /openapi.json).
 
-It describes exactly what the handlers in `svcpay.facilitator.app` accept and answer: the
-request bodies (required fields, types, lengths, base58 addresses, digit-string amounts),
-every status a handler can return with its body, the bearer API key of the /v1 routes,
-and the protocol's PaymentOption (a 402's `paymentRequirements` entry) and PaymentProof.
+Its schemas are generated from the pydantic models the handlers validate with and answer
+in (`svcpay.facilitator.models` and `.answers`, the protocol's PaymentOption and PaymentProof,
+x402's request and answer models), so the document and the app refuse the same bodies; this
+module adds the paths, statuses, query parameters and the bearer API key of the /v1 routes.
 tests/facilitator/test_fuzz.py fuzzes the app against it (schemathesis).
 """
 
@@ -15,34 +15,19 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from svcpay.facilitator.lifecycle import EVENT_TYPES
-from svcpay.facilitator.usage import MAX_AMOUNT as MAX_USAGE_AMOUNT
-from svcpay.protocol.headers import PROTOCOL_VERSION, SCHEME_EXACT
+from svcpay.facilitator import answers as a
+from svcpay.facilitator import models as m
+from svcpay.facilitator.models import MAX_BODY
 from svcpay.schemes.x402_exact.facilitator import RequestV1, RequestV2
 from svcpay.schemes.x402_exact.wire import (
     PaymentPayload,
     PaymentPayloadV1,
     SettleResponse,
-    Supported,
     VerifyResponse,
 )
 
 JSON = "application/json"
 Schema = dict[str, Any]
-
-BASE58_ADDRESS = "^[1-9A-HJ-NP-Za-km-z]{32,44}$"
-EVENTS_AFTER_MAX = 2**62
-# The limits app.py checks (it imports this module, so they are restated here; the fuzz test
-# holds the two together).
-MAX_BODY = 64 * 1024
-MAX_URL = 2000
-MAX_IDEMPOTENCY_KEY = 200
-# A webhook URL: http(s), optional user info, a host name or IPv4 address, optional port,
-# path, query and fragment; no spaces or control characters (spelled out: Python's \s and
-# JSON Schema's disagree on some). app.py accepts exactly these (re.fullmatch).
-# https, no credentials (http and private addresses only with SVCPAY_WEBHOOK_ALLOW_LOCAL,
-# which the server checks beyond this pattern).
-WEBHOOK_URL = r"^[Hh][Tt][Tt][Pp][Ss]?://[A-Za-z0-9.-]+(:[0-9]{1,5})?([/?#][^\x00-\x20\x7f]*)?$"
 
 
 def ref(name: str) -> Schema:
@@ -53,39 +38,49 @@ def json_content(schema: Schema) -> Schema:
     return {JSON: {"schema": schema}}
 
 
+def model(cls: type[BaseModel]) -> Schema:
+    """A $ref to `cls`'s generated schema (see MODELS)."""
+    return ref(cls.__name__)
+
+
 def ok(description: str, schema: Schema) -> Schema:
     return {"description": description, "content": json_content(schema)}
 
 
 def error(description: str) -> Schema:
     """A 4xx/5xx answer: `{"error": Name, "message": what to do}`."""
-    return {"description": description, "content": json_content(ref("Error"))}
+    return {"description": description, "content": json_content(model(a.Error))}
 
 
 def shared(name: str) -> Schema:
     return {"$ref": f"#/components/responses/{name}"}
 
 
-def obj(properties: Schema, required: list[str] | None = None, **extra: Any) -> Schema:
-    out: Schema = {"type": "object", "properties": properties}
-    if required:
-        out["required"] = required
-    out.update(extra)
+def body(schema: Schema | type[BaseModel], description: str) -> Schema:
+    content = model(schema) if isinstance(schema, type) else schema
+    return {"required": True, "description": description, "content": json_content(content)}
+
+
+def parameters(cls: type[BaseModel]) -> list[Schema]:
+    """The optional query parameters `cls` (a query model of `models`) describes."""
+    out = []
+    for name, prop in cls.model_json_schema()["properties"].items():
+        description = prop.pop("description", "")
+        # `X | None` fields: absent is None; a parameter that is present is an X
+        variants = [s for s in prop.pop("anyOf", []) if s != {"type": "null"}]
+        if prop.get("default", 0) is None:
+            del prop["default"]
+        schema = {**prop, **variants[0]} if variants else prop
+        out.append(
+            {
+                "name": name,
+                "in": "query",
+                "required": False,
+                "description": description,
+                "schema": schema,
+            }
+        )
     return out
-
-
-def body(schema: Schema, description: str) -> Schema:
-    return {"required": True, "description": description, "content": json_content(schema)}
-
-
-def query(name: str, description: str, schema: Schema) -> Schema:
-    return {
-        "name": name,
-        "in": "query",
-        "required": False,
-        "description": description,
-        "schema": schema,
-    }
 
 
 BODY_ERRORS = {
@@ -100,28 +95,27 @@ ENDPOINT_ID = {
     "description": "the webhook endpoint's id (`we_...`)",
     "schema": {"type": "string", "minLength": 1},
 }
-# What analytics.parse_range reads, around str.strip()'s whitespace (JSON Schema's \s lacks
-# a few of Python's).
-_SPACE = r"[\s\x1c-\x1f\x85]*"
-RANGE_BOUND = rf"^{_SPACE}([0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}|[0-9]{{1,15}}){_SPACE}$"
-RANGE = [
-    query(
-        "from",
-        "start of the range: a UTC date YYYY-MM-DD or unix seconds (default: 30 days before "
-        "`to`); at most 366 days before `to`",
-        {"type": "string", "pattern": RANGE_BOUND},
-    ),
-    query(
-        "to",
-        "end of the range: a UTC date YYYY-MM-DD (inclusive) or unix seconds (exclusive); "
-        "default: the end of today",
-        {"type": "string", "pattern": RANGE_BOUND},
-    ),
+RANGE = parameters(m.RangeQuery)
+
+
+# The models the handlers use, requests as they are validated and answers as they are
+# serialized, named by class among the components; x402's are named X402<Model>.
+MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
+    (m.AuthorizeRequest, "validation"),  # its PaymentOption (OneTimeOption)
+    (m.VerifyRequest, "validation"),  # its PaymentProof, also /authorize's answer
+    (m.UsageRequest, "validation"),
+    (m.WebhookRequest, "validation"),
+    (a.Error, "serialization"),
+    (a.Verdict, "serialization"),
+    (a.UsageResult, "serialization"),
+    (a.EventPage, "serialization"),
+    (a.EndpointList, "serialization"),
+    (a.CreatedEndpoint, "serialization"),
+    (a.DeliveryList, "serialization"),
+    (a.Health, "serialization"),
+    (a.SupportedHere, "serialization"),
+    (a.AnalyticsReport, "serialization"),
 ]
-
-
-# x402's objects, generated from the pydantic models the handlers use (requests as they are
-# validated, answers as they are serialized), named X402<Model> among the components.
 X402_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (RequestV2, "validation"),
     (RequestV1, "validation"),
@@ -129,7 +123,6 @@ X402_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (PaymentPayloadV1, "validation"),
     (VerifyResponse, "serialization"),
     (SettleResponse, "serialization"),
-    (Supported, "serialization"),
 ]
 
 
@@ -141,130 +134,10 @@ def generated(models: list[tuple[type[BaseModel], JsonSchemaMode]], prefix: str)
 
 
 def _components() -> Schema:
-    address = {
-        "type": "string",
-        "pattern": BASE58_ADDRESS,
-        "description": "a base58 Solana address (32 bytes)",
-    }
-    amount = {
-        "type": "string",
-        "pattern": "^[0-9]{1,20}$",
-        "description": 'base units as a decimal string within u64, e.g. "500000"',
-    }
-    unix = {"type": "integer", "minimum": 0, "description": "unix seconds"}
     schemas: Schema = {
-        "Error": obj(
-            {
-                "error": {
-                    "type": "string",
-                    "description": "what went wrong, e.g. InvalidRequest, Unauthorized, "
-                    "NotFound, InsufficientFunds, TermsMismatch, AllowanceExhausted",
-                },
-                "message": {"type": "string", "description": "what to do about it"},
-            },
-            ["error", "message"],
-        ),
-        "Address": address,
-        "Amount": amount,
-        "SvcExtension": obj(
-            {
-                "planId": ref("Address"),
-                "subscriptionScheme": {"type": "boolean"},
-                "facilitator": {"type": "string"},
-                "interval": {"type": "integer", "minimum": 1},
-            },
-            description="svc: subscription and plan information (spec 2.3)",
-        ),
-        "PaymentOption": obj(
-            {
-                "scheme": {"type": "string", "enum": [SCHEME_EXACT]},
-                "network": {"type": "string", "description": "e.g. solana-mainnet"},
-                "token": ref("Address"),
-                "amount": ref("Amount"),
-                "payTo": ref("Address"),
-                "memo": {
-                    "type": "string",
-                    "minLength": 1,
-                    "description": "the memo the server issued (required for one-time)",
-                },
-                "svc": ref("SvcExtension"),
-            },
-            ["scheme", "network", "token", "amount", "payTo", "memo"],
-            description="one entry of a 402 body's `accepts` (its paymentRequirements); "
-            "unknown fields are tolerated",
-        ),
-        "PaymentProof": obj(
-            {
-                "version": {"type": "string", "enum": [PROTOCOL_VERSION]},
-                "network": {"type": "string"},
-                "transaction": {
-                    "type": "string",
-                    "description": "the settled transaction's signature (base58)",
-                },
-                "payer": ref("Address"),
-                "payTo": ref("Address"),
-                "token": ref("Address"),
-                "amount": ref("Amount"),
-                "memo": {"type": "string"},
-                "issuedAt": unix,
-                "expiresAt": unix,
-                "facilitator": ref("Address"),
-                "signature": {
-                    "type": "string",
-                    "description": "the facilitator's base58 ed25519 signature over "
-                    'b"svcpay-proof-v1:" + the canonical JSON of the other fields',
-                },
-            },
-            [
-                "network",
-                "transaction",
-                "payer",
-                "payTo",
-                "token",
-                "amount",
-                "memo",
-                "issuedAt",
-                "expiresAt",
-                "facilitator",
-            ],
-            description="a settlement's signed proof, sent to gates as X-PAYMENT: base64(JSON)",
-        ),
-        "Event": obj(
-            {
-                "id": {"type": "string"},
-                "type": {"type": "string", "enum": list(EVENT_TYPES)},
-                "created": unix,
-                "data": {"type": "object"},
-            },
-            ["id", "type", "created", "data"],
-            additionalProperties=False,
-            description="a lifecycle event (also the body of a webhook delivery)",
-        ),
-        "WebhookEndpoint": obj(
-            {
-                "id": {"type": "string"},
-                "url": {"type": "string"},
-                "eventTypes": {"type": "array", "items": {"type": "string"}},
-                "created": unix,
-                "disabled": {"type": "boolean"},
-            },
-            ["id", "url", "eventTypes", "created", "disabled"],
-        ),
-        "Delivery": obj(
-            {
-                "id": {"type": "integer"},
-                "eventId": {"type": "string"},
-                "status": {"type": "string", "enum": ["pending", "delivered", "dead"]},
-                "attempts": {"type": "integer", "minimum": 0},
-                "lastStatus": {"type": ["integer", "null"]},
-                "lastError": {"type": ["string", "null"]},
-                "deliveredAt": {"type": ["integer", "null"]},
-            },
-            ["id", "eventId", "status", "attempts", "lastStatus", "lastError", "deliveredAt"],
-        ),
+        **generated(MODELS, ""),
+        **generated(X402_MODELS, "X402"),
     }
-    schemas["AnalyticsReport"] = _analytics_report()
-    schemas.update(generated(X402_MODELS, "X402"))
     responses: Schema = {
         "InvalidRequest": error(
             "InvalidRequest: the body is not a JSON object, a field is missing or malformed, "
@@ -289,116 +162,7 @@ def _components() -> Schema:
     }
 
 
-def _analytics_report() -> Schema:
-    """What `analytics.report` answers for one provider."""
-    units = {"type": "string", "pattern": "^[0-9]+$", "description": "base units"}
-    count = {"type": "integer", "minimum": 0}
-    day = {"type": "string", "format": "date"}
-    volume = obj({"volume": units, "payments": count}, ["volume", "payments"])
-    modes = ["oneTime", "subscription", "metered"]
-    day_row = obj(
-        {
-            "date": day,
-            **dict.fromkeys(modes, units),
-            "volume": units,
-            "payments": count,
-            "newSubscriptions": count,
-            "churned": count,
-            "activeSubscriptions": {"type": "integer"},
-        },
-        ["date", *modes, "volume", "payments", "newSubscriptions", "churned"],
-    )
-    return obj(
-        {
-            "from": day,
-            "to": day,
-            "start": {"type": "integer", "minimum": 0},
-            "end": {"type": "integer", "minimum": 0},
-            "provider": {"type": ["string", "null"]},
-            "totals": obj(
-                {
-                    "volume": units,
-                    "payments": count,
-                    "byMode": obj(dict.fromkeys(modes, volume), modes),
-                },
-                ["volume", "payments", "byMode"],
-            ),
-            "days": {"type": "array", "items": day_row},
-            "byPlan": {
-                "type": "array",
-                "items": obj(
-                    {"plan": {"type": "string"}, "volume": units, "payments": count},
-                    ["plan", "volume", "payments"],
-                ),
-            },
-            "subscriptions": obj(
-                {"active": count, "new": count, "churned": count}, ["active", "new", "churned"]
-            ),
-            "recurringRevenue": obj(
-                {"monthly": units, "basis": {"type": "string"}}, ["monthly", "basis"]
-            ),
-        },
-        [
-            "from",
-            "to",
-            "start",
-            "end",
-            "totals",
-            "days",
-            "byPlan",
-            "subscriptions",
-            "recurringRevenue",
-        ],
-        description="payment volume by day, mode and plan; subscriptions; recurring revenue "
-        "(amounts in base units)",
-    )
-
-
 def _public_paths() -> Schema:
-    fee_payer = obj(
-        {
-            "address": {"type": "string"},
-            "lamports": {"type": ["integer", "null"]},
-            "status": {"type": "string", "enum": ["ok", "low", "unknown"]},
-        },
-        ["address", "lamports", "status"],
-    )
-    health_body = obj(
-        {
-            "status": {"type": "string", "enum": ["ok", "degraded"]},
-            "database": {"type": "string", "enum": ["ok", "unreachable"]},
-            "rpc": {"type": "string", "enum": ["ok", "unreachable"]},
-            "feePayer": fee_payer,
-        },
-        ["status", "database", "rpc", "feePayer"],
-    )
-    authorize_body = obj(
-        {
-            "signedPayment": {
-                "type": "string",
-                "description": "base64 of the client-signed v0 transaction whose fee payer "
-                "is the facilitator",
-            },
-            "paymentRequirements": ref("PaymentOption"),
-        },
-        ["signedPayment", "paymentRequirements"],
-    )
-    verify_body = obj({"proof": ref("PaymentProof")}, ["proof"])
-    supported = {
-        "allOf": [
-            ref("X402Supported"),
-            obj(
-                {
-                    "feePayer": ref("Address"),
-                    "facilitatorKey": ref("Address"),
-                    "eventTypes": {"type": "array", "items": {"type": "string"}},
-                },
-                ["feePayer", "facilitatorKey", "eventTypes"],
-            ),
-        ],
-        "description": "x402's SupportedResponse (an `exact` kind per wire version) and "
-        "svcpay's fields: the fee payer, the key that signs proofs, the webhook event types",
-    }
     x402_body = {"anyOf": [ref("X402RequestV2"), ref("X402RequestV1")]}
     x402_errors = {
         "400": error(
@@ -413,7 +177,9 @@ def _public_paths() -> Schema:
                 "operationId": "authorize",
                 "tags": ["payments"],
                 "summary": "Settle a one-time payment and answer its signed proof",
-                "requestBody": body(authorize_body, "the signed transfer and the terms it pays"),
+                "requestBody": body(
+                    m.AuthorizeRequest, "the signed transfer and the terms it pays"
+                ),
                 "responses": {
                     "200": ok("settled: the proof", ref("PaymentProof")),
                     "400": error(
@@ -447,21 +213,13 @@ def _public_paths() -> Schema:
                 "/settle makes and a simulation, answered with 200 and x402's reason. "
                 "Otherwise the proof is checked: this facilitator's, unexpired, settled.",
                 "requestBody": body(
-                    {"anyOf": [verify_body, x402_body["anyOf"][0], x402_body["anyOf"][1]]},
+                    {"anyOf": [model(m.VerifyRequest), *x402_body["anyOf"]]},
                     "the proof to check, or an x402 payment and its requirements",
                 ),
                 "responses": {
                     "200": ok(
                         "the verdict",
-                        {
-                            "anyOf": [
-                                obj(
-                                    {"valid": {"type": "boolean"}, "reason": {"type": "string"}},
-                                    ["valid", "reason"],
-                                ),
-                                ref("X402VerifyResponse"),
-                            ]
-                        },
+                        {"anyOf": [model(a.Verdict), ref("X402VerifyResponse")]},
                     ),
                     **BODY_ERRORS,
                 },
@@ -490,7 +248,7 @@ def _public_paths() -> Schema:
                 "operationId": "supported",
                 "tags": ["payments"],
                 "summary": "Networks and schemes settled here, and the key gates trust",
-                "responses": {"200": ok("what this facilitator supports", supported)},
+                "responses": {"200": ok("what this facilitator supports", model(a.SupportedHere))},
             }
         },
         "/health": {
@@ -498,11 +256,11 @@ def _public_paths() -> Schema:
                 "operationId": "health",
                 "tags": ["meta"],
                 "responses": {
-                    "200": ok("database and RPC node reachable, fee payer funded", health_body),
+                    "200": ok("database and RPC node reachable, fee payer funded", model(a.Health)),
                     "503": ok(
                         "the database or the RPC node is unreachable, or the fee "
                         "payer's balance is low",
-                        health_body,
+                        model(a.Health),
                     ),
                 },
             }
@@ -518,65 +276,6 @@ def _public_paths() -> Schema:
 
 
 def _provider_paths() -> Schema:
-    amount = {
-        "oneOf": [
-            ref("Amount"),
-            {"type": "integer", "minimum": 1, "maximum": MAX_USAGE_AMOUNT},
-        ],
-        "description": f"base units, 1 to {MAX_USAGE_AMOUNT}: a decimal string or an integer",
-    }
-    usage_body = obj(
-        {
-            "subscription": ref("Address"),
-            "amount": amount,
-            "idempotencyKey": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": MAX_IDEMPOTENCY_KEY,
-                "description": "the same key reports the same usage once",
-            },
-        },
-        ["subscription", "amount", "idempotencyKey"],
-    )
-    usage_result = obj(
-        {
-            "id": {"type": "string"},
-            "status": {"type": "string", "description": "deducted"},
-            "subscription": ref("Address"),
-            "amount": ref("Amount"),
-            "transaction": {"type": "string", "description": "the deduction's signature"},
-            "used": {"type": "string", "pattern": "^[0-9]+$"},
-            "cap": {"type": "string", "pattern": "^[0-9]+$"},
-            "remaining": {"type": "string", "pattern": "^[0-9]+$"},
-        },
-        ["id", "status", "subscription", "amount", "transaction"],
-    )
-    webhook_body = obj(
-        {
-            "url": {
-                "type": "string",
-                "maxLength": MAX_URL,
-                "pattern": WEBHOOK_URL,
-                "description": "an absolute http(s) URL: a host name or IPv4 address, no spaces",
-            },
-            "eventTypes": {
-                "type": "array",
-                "minItems": 1,
-                "items": {"type": "string", "enum": ["*", *EVENT_TYPES]},
-                "default": ["*"],
-            },
-        },
-        ["url"],
-    )
-    created_endpoint = {
-        "allOf": [
-            ref("WebhookEndpoint"),
-            obj(
-                {"secret": {"type": "string", "description": "the signing secret, shown once"}},
-                ["secret"],
-            ),
-        ]
-    }
     unauthorized = {"401": shared("Unauthorized")}
     not_found = {"404": error("NotFound: no such (active) webhook endpoint of this provider")}
     return {
@@ -585,9 +284,9 @@ def _provider_paths() -> Schema:
                 **PROVIDER,
                 "operationId": "reportUsage",
                 "summary": "Report metered usage: the facilitator signs deduct_allowance",
-                "requestBody": body(usage_body, "the usage to deduct from the allowance"),
+                "requestBody": body(m.UsageRequest, "the usage to deduct from the allowance"),
                 "responses": {
-                    "200": ok("deducted", usage_result),
+                    "200": ok("deducted", model(a.UsageResult)),
                     "400": error("InvalidRequest, ZeroAmount or MathOverflow"),
                     **unauthorized,
                     "402": error(
@@ -616,29 +315,9 @@ def _provider_paths() -> Schema:
                 **PROVIDER,
                 "operationId": "listEvents",
                 "summary": "This provider's lifecycle events, oldest first",
-                "parameters": [
-                    query(
-                        "after",
-                        "only events after this sequence number (the previous page's `next`)",
-                        {"type": "integer", "minimum": 0, "maximum": EVENTS_AFTER_MAX},
-                    ),
-                    query(
-                        "limit",
-                        "at most this many events",
-                        {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
-                    ),
-                ],
+                "parameters": parameters(m.EventsQuery),
                 "responses": {
-                    "200": ok(
-                        "a page of events",
-                        obj(
-                            {
-                                "events": {"type": "array", "items": ref("Event")},
-                                "next": {"type": "integer", "minimum": 0},
-                            },
-                            ["events", "next"],
-                        ),
-                    ),
+                    "200": ok("a page of events", model(a.EventPage)),
                     "400": shared("InvalidRequest"),
                     **unauthorized,
                 },
@@ -649,22 +328,16 @@ def _provider_paths() -> Schema:
                 **PROVIDER,
                 "operationId": "listWebhooks",
                 "responses": {
-                    "200": ok(
-                        "this provider's webhook endpoints",
-                        obj(
-                            {"endpoints": {"type": "array", "items": ref("WebhookEndpoint")}},
-                            ["endpoints"],
-                        ),
-                    ),
+                    "200": ok("this provider's webhook endpoints", model(a.EndpointList)),
                     **unauthorized,
                 },
             },
             "post": {
                 **PROVIDER,
                 "operationId": "createWebhook",
-                "requestBody": body(webhook_body, "where to deliver which events"),
+                "requestBody": body(m.WebhookRequest, "where to deliver which events"),
                 "responses": {
-                    "201": ok("created, with its signing secret", created_endpoint),
+                    "201": ok("created, with its signing secret", model(a.CreatedEndpoint)),
                     **BODY_ERRORS,
                     **unauthorized,
                 },
@@ -688,13 +361,7 @@ def _provider_paths() -> Schema:
                 "operationId": "listDeliveries",
                 "parameters": [ENDPOINT_ID],
                 "responses": {
-                    "200": ok(
-                        "the endpoint's deliveries, oldest first",
-                        obj(
-                            {"deliveries": {"type": "array", "items": ref("Delivery")}},
-                            ["deliveries"],
-                        ),
-                    ),
+                    "200": ok("the endpoint's deliveries, oldest first", model(a.DeliveryList)),
                     **unauthorized,
                     **not_found,
                 },
@@ -707,7 +374,7 @@ def _provider_paths() -> Schema:
                 "summary": "Revenue and lifecycle counts over a time range",
                 "parameters": RANGE,
                 "responses": {
-                    "200": ok("the report", ref("AnalyticsReport")),
+                    "200": ok("the report", model(a.AnalyticsReport)),
                     "400": shared("InvalidRequest"),
                     **unauthorized,
                 },

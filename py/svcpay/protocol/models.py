@@ -37,6 +37,18 @@ class Model(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
+# The checks below as JSON Schema, for documents generated from these models (the facilitator's
+# OpenAPI document): a value these refuse, the validators refuse too.
+ADDRESS_SCHEMA: dict[str, Any] = {
+    "pattern": "^[1-9A-HJ-NP-Za-km-z]{32,44}$",
+    "description": "a base58 Solana address (32 bytes)",
+}
+AMOUNT_SCHEMA: dict[str, Any] = {
+    "pattern": "^[0-9]+$",
+    "description": 'base units as a decimal string within u64, e.g. "500000"',
+}
+
+
 def check_address(value: str, field: str) -> str:
     try:
         Pubkey.from_string(value)
@@ -65,7 +77,7 @@ class SvcExtension(Model):
     option's `amount` and `token` are the plan's price per period and mint; `interval` is
     the period in seconds (docs/adr/0006)."""
 
-    plan_id: str | None = None
+    plan_id: str | None = Field(default=None, json_schema_extra=ADDRESS_SCHEMA)
     subscription_scheme: bool | None = None
     facilitator: str | None = None
     interval: int | None = Field(default=None, gt=0)
@@ -77,11 +89,14 @@ class SvcExtension(Model):
 
 
 class PaymentOption(Model):
-    scheme: str
-    network: str
-    token: str
-    amount: str
-    pay_to: str
+    """One entry of a 402 body's `accepts` (its paymentRequirements); unknown fields are
+    tolerated."""
+
+    scheme: str = Field(json_schema_extra={"enum": [SCHEME_EXACT]})
+    network: str = Field(description="e.g. solana-mainnet")
+    token: str = Field(json_schema_extra=ADDRESS_SCHEMA)
+    amount: str = Field(json_schema_extra=AMOUNT_SCHEMA)
+    pay_to: str = Field(json_schema_extra=ADDRESS_SCHEMA)
     memo: str | None = None
     svc: SvcExtension | None = None
 

@@ -19,8 +19,10 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
-from svcpay.protocol.headers import MAX_HEADER_BYTES, PROTOCOL_VERSION
+from svcpay.protocol.headers import MAX_HEADER_BYTES, PROTOCOL_VERSION, SUPPORTED_VERSIONS
 from svcpay.protocol.models import (
+    ADDRESS_SCHEMA,
+    AMOUNT_SCHEMA,
     Model,
     ProtocolError,
     check_address,
@@ -33,18 +35,26 @@ DOMAIN = b"svcpay-proof-v1:"
 
 
 class PaymentProof(Model):
-    version: str = PROTOCOL_VERSION
+    """A settlement's signed proof, sent to gates as X-PAYMENT: base64(JSON)."""
+
+    version: str = Field(
+        default=PROTOCOL_VERSION, json_schema_extra={"enum": list(SUPPORTED_VERSIONS)}
+    )
     network: str
-    transaction: str  # the settled transaction's signature (base58)
-    payer: str
-    pay_to: str
-    token: str
-    amount: str  # base units, decimal string
+    transaction: str = Field(description="the settled transaction's signature (base58)")
+    payer: str = Field(json_schema_extra=ADDRESS_SCHEMA)
+    pay_to: str = Field(json_schema_extra=ADDRESS_SCHEMA)
+    token: str = Field(json_schema_extra=ADDRESS_SCHEMA)
+    amount: str = Field(json_schema_extra=AMOUNT_SCHEMA)
     memo: str
-    issued_at: int = Field(ge=0)  # unix seconds
-    expires_at: int = Field(ge=0)
-    facilitator: str  # the signing key (base58)
-    signature: str = ""  # base58 ed25519 signature; empty until signed
+    issued_at: int = Field(ge=0, description="unix seconds")
+    expires_at: int = Field(ge=0, description="unix seconds")
+    facilitator: str = Field(json_schema_extra=ADDRESS_SCHEMA)  # the signing key
+    signature: str = Field(
+        default="",
+        description="the facilitator's base58 ed25519 signature over "
+        'b"svcpay-proof-v1:" + the canonical JSON of the other fields; empty until signed',
+    )
 
     @field_validator("version")
     @classmethod

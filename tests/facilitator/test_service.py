@@ -22,7 +22,7 @@ from svcpay.facilitator.config import FacilitatorConfig
 from svcpay.facilitator.service import Facilitator
 from svcpay.facilitator.settlement import RateLimit
 from svcpay.localnet.process import Localnet
-from svcpay.program.client import BillingClient, status_name
+from svcpay.program.client import BillingClient, Receipt, TransactionError, status_name
 from svcpay.protocol.headers import NETWORK_MAINNET, SCHEME_EXACT
 from svcpay.protocol.models import PaymentOption
 from svcpay.webhooks import SIGNATURE_HEADER, verify_webhook
@@ -373,6 +373,29 @@ async def test_one_usage_report_sent_to_two_instances_deducts_once(
     assert len({r["transaction"] for r in results}) == 1  # one transaction for the report
     allowance = await billing.fetch_allowance(sub)
     assert allowance is not None and allowance.used == USDC // 4  # deducted once
+
+
+async def test_a_deduction_confirmed_late_names_its_transaction(
+    shop: Shop, chain: Chain, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deduction lands but its confirmation is not seen in time (a loaded node): the
+    report is still answered as deducted, naming the transaction that landed."""
+    service, billing = shop.fac.service, shop.fac.service.billing
+    plan = await shop.plan(12)
+    sub, _ = await shop.metered_subscriber(chain, plan)
+    send_signed = billing.send_signed
+
+    async def landed_unconfirmed(tx: VersionedTransaction) -> Receipt:
+        await send_signed(tx)  # it lands ...
+        raise TransactionError("not confirmed in time")  # ... but the wait gives up
+
+    monkeypatch.setattr(billing, "send_signed", landed_unconfirmed)
+    result = await service.usage.report(shop.provider_id, str(sub), 1000, "late-confirmation")
+    assert result["status"] == "deducted"
+    allowance = await billing.fetch_allowance(sub)
+    assert allowance is not None and allowance.used == 1000
+    stored = await service.store.usage_report(result["id"])
+    assert stored is not None and result["transaction"] == stored["signature"] is not None
 
 
 async def test_a_usage_report_left_pending_is_completed_by_recovery(

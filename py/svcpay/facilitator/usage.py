@@ -166,11 +166,11 @@ class UsageReporter:
                 await self.store.finish_usage(row["id"], signature=None, error=error)
                 raise UsageError("DeductionFailed", str(e), 409) from e
             # Not the subscriber's doing (unsent, unconfirmed): the report stays pending.
-            if await self.billing.landed(str(tx.signatures[0])):  # e.g. already processed
-                await self.store.finish_usage(
-                    row["id"], signature=str(tx.signatures[0]), error=None
-                )
-                return self._outcome({**row, "status": "deducted"})
+            signature = str(tx.signatures[0])
+            if await self.billing.landed(signature):  # e.g. already processed
+                await self.store.finish_usage(row["id"], signature=signature, error=None)
+                # `row` may predate this transaction (a first send): name the one that landed
+                return self._outcome({**row, "status": "deducted", "signature": signature})
             raise UsageError("DeductionPending", f"{e}; report again with the same key", 503) from e
         if plan is None:
             sub = await self.billing.fetch_subscription(row["subscription"])

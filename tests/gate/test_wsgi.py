@@ -590,3 +590,14 @@ def test_a_real_wsgi_server(gate: PaymentGateWSGI, app: App) -> None:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def test_a_generator_that_writes_has_its_head_sent_once(gate: PaymentGateWSGI) -> None:
+    def writing(environ: WSGIEnvironment, start_response: StartResponse) -> Iterator[bytes]:
+        write = start_response("200 OK", [("Content-Type", "text/plain")])
+        write(b"written, ")
+        yield b"then yielded"
+
+    gate.app = writing
+    reply = call(gate, "/v1/page", headers={"X-PAYMENT": proof(memo_for(gate, "/v1/page"))})
+    assert (reply.status, reply.body) == ("200 OK", b"written, then yielded")

@@ -209,7 +209,8 @@ def payment_gate_wsgi(
 
 
 class _Admitted:
-    """The app's response to an admitted request, passed to the server through `admit`."""
+    """The app's response to an admitted request, passed to the server through `admit`;
+    the iterable the server gets for it."""
 
     def __init__(
         self,
@@ -228,6 +229,7 @@ class _Admitted:
         self.body = bytearray() if admit.capture else None
         self.iterable: Iterable[bytes] | None = None
         self.iterator: Iterator[bytes] | None = None
+        self.first = b""  # the app's first chunk, read before its head was sent
         self.ended = False
 
     def respond(self) -> Iterable[bytes]:
@@ -236,8 +238,9 @@ class _Admitted:
         try:
             self.iterable = self.gate.app(self.environ, self._start_response)
             self.iterator = iter(self.iterable)
-            first = b"" if self.code is not None else self._next()  # write() sent the head
-            if self.code is None:
+            if self.code is None:  # else write() sent it, during the app call
+                self.first = self._next()
+            if self.code is None:  # or during its first chunk (a generator's write())
                 self._send_head()
         except BaseException as e:
             self._fail(e)
@@ -248,28 +251,30 @@ class _Admitted:
             finally:
                 self._end(self.code)
             return [self.replaced.body]
-        if first:
-            self._keep(first)
-        return _Response(self, first)
+        self._keep(self.first)
+        return self
 
-    def next_chunk(self) -> bytes | None:
-        """The app's next chunk for the server; None after the last (the app's iterable is
-        closed and `end` has heard the response by then)."""
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        """The app's next chunk for the server; after the last, the app's iterable is
+        closed and `end` hears the response before StopIteration."""
+        if self.first:
+            first, self.first = self.first, b""
+            return first
         try:
             chunk = self._next()
+            if not chunk:
+                self._close_app()
         except BaseException as e:
             self._fail(e)
             raise
         if chunk:
             self._keep(chunk)
             return chunk
-        try:
-            self._close_app()
-        except BaseException as e:
-            self._fail(e)
-            raise
         self._end(self.code)
-        return None
+        raise StopIteration
 
     def close(self) -> None:
         """The server is done with the response: if before its end, the handler failed."""
@@ -365,28 +370,6 @@ class _Admitted:
         close = getattr(iterable, "close", None)
         if close is not None:
             close()
-
-
-class _Response:
-    """The iterable the WSGI server gets for an admitted request."""
-
-    def __init__(self, admitted: _Admitted, first: bytes) -> None:
-        self._admitted, self._first = admitted, first
-
-    def __iter__(self) -> Iterator[bytes]:
-        return self
-
-    def __next__(self) -> bytes:
-        if self._first:
-            first, self._first = self._first, b""
-            return first
-        chunk = self._admitted.next_chunk()
-        if chunk is None:
-            raise StopIteration
-        return chunk
-
-    def close(self) -> None:
-        self._admitted.close()
 
 
 def _path(environ: WSGIEnvironment) -> str:

@@ -1,5 +1,5 @@
 """The gate in front of a plain WSGI app (all Flask or Django is to a middleware), through
-`PaymentGateWSGI`: the real ASGI gate on the adapter's loop thread, the app in the caller's
+`PaymentGateWSGI`: the gate's core on the adapter's loop thread, the app in the caller's
 thread. Every call goes through `wsgiref.validate`, so the adapter is checked against PEP
 3333 as it is used; subscriptions are read from the local validator."""
 
@@ -26,9 +26,10 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from svcpay.gate import OneTime, PaymentGateWSGI, Subscription, payment_gate_wsgi
-from svcpay.gate.asgi import ASGIApp, Message, Receive, Scope, Send
+from svcpay.gate.asgi import Scope
 from svcpay.gate.chain import ChainMeter, ChainSubscriptions
-from svcpay.gate.pricing import Terms
+from svcpay.gate.core import Request
+from svcpay.gate.pricing import PricingEntry, Terms
 from svcpay.localnet.process import Localnet
 from svcpay.program import pda
 from svcpay.program.client import BillingClient
@@ -283,26 +284,25 @@ def test_wsgi_details_pass_through_the_gate(gate: PaymentGateWSGI) -> None:
         call(gate, "/v1/late", headers={"X-PAYMENT": proof(memo_for(gate, "/v1/late"))})
 
 
-def test_the_scope_and_body_the_gate_sees(app: App) -> None:
-    """The ASGI scope built from the environ; the body fed from wsgi.input, and replayed to
-    the app when something in front of it read it first."""
+def test_the_request_the_core_sees_and_the_body_the_app_reads(app: App) -> None:
+    """The core's Request built from the environ (the path the client asked for, headers
+    from HTTP_* and CONTENT_*), `serves` given an ASGI-shaped scope, and the body left
+    unread for the app."""
+    seen: list[Request] = []
     scopes: list[Scope] = []
-    bodies: list[bytes] = []
-
-    def reading_first(inner: ASGIApp) -> ASGIApp:
-        async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-            scopes.append(scope)
-            body, more = b"", True
-            while more:
-                message: Message = await receive()
-                body, more = body + message["body"], message.get("more_body", False)
-            bodies.append(body)
-            await inner(scope, receive, send)
-
-        return middleware
-
     with one_time_gate(app, prefix="/api/v1") as gate:
-        gate.gate.app = reading_first(gate.gate.app)
+        decide = gate.core.decide
+
+        async def spy(request: Request, pricing: list[PricingEntry]) -> Any:
+            seen.append(request)
+            return await decide(request, pricing)
+
+        def serves(scope: Scope) -> bool:
+            scopes.append(scope)
+            return True
+
+        gate.core.decide = spy  # type: ignore[method-assign]
+        gate.serves = serves
         payload = b"x" * 100_000 + b"-end"
         header = proof(memo_for(gate, "/api/v1/echo", "POST"))
         reply = call(
@@ -313,29 +313,45 @@ def test_the_scope_and_body_the_gate_sees(app: App) -> None:
             body=payload,
             SCRIPT_NAME="/api",
             REMOTE_ADDR="10.0.0.7",
-            REMOTE_PORT="5151",
             CONTENT_TYPE="text/plain",
         )
     assert reply.code == 200 and reply.json() == {"path": "/v1/echo", "body": payload.decode()}
-    assert bodies == [payload]
-    scope = scopes[0]
-    assert (scope["type"], scope["method"], scope["scheme"], scope["http_version"]) == (
+    request = seen[-1]
+    assert (request.method, request.path, request.scheme) == ("POST", "/api/v1/echo", "http")
+    assert request.url == "http://127.0.0.1/api/v1/echo"
+    assert request.headers[b"content-type"] == b"text/plain"
+    assert request.headers[b"content-length"] == str(len(payload)).encode()
+    assert request.headers[b"x-payment"] == header.encode()
+    scope = scopes[-1]
+    assert (scope["type"], scope["method"], scope["path"], scope["root_path"]) == (
         "http",
         "POST",
-        "http",
-        "1.0",
-    )
-    assert (scope["path"], scope["raw_path"], scope["root_path"]) == (
         "/api/v1/echo",
-        b"/api/v1/echo",
         "/api",
     )
     assert scope["query_string"] == b"a=1&b=%20"
-    assert (scope["client"], scope["server"]) == (("10.0.0.7", 5151), ("127.0.0.1", 80))
-    headers = dict(scope["headers"])
-    assert headers[b"content-type"] == b"text/plain"
-    assert headers[b"content-length"] == str(len(payload)).encode()
-    assert headers[b"x-payment"] == header.encode()
+    assert dict(scope["headers"])[b"x-payment"] == header.encode()
+
+
+def test_requests_the_app_does_not_serve_are_not_priced(app: App) -> None:
+    """`serves` says no (a 404 or 405 of the app's): the app answers, unpaid, and a proof
+    sent along is not taken."""
+    gate = payment_gate_wsgi(
+        app,
+        pricing={"/v1": [OneTime(PRICE)]},
+        terms=TERMS,
+        memos=MEMOS,
+        trusted_facilitators={str(FACILITATOR.pubkey())},
+        replay=MemoryReplayStore(),
+        serves=lambda scope: scope["method"] == "GET" and scope["path"] == "/v1/data",
+    )
+    with gate:
+        header = proof(memo_for(gate))
+        for method, target in (("POST", "/v1/data"), ("GET", "/v1/missing")):
+            reply = call(gate, target, method=method, headers={"X-PAYMENT": header})
+            assert reply.code == 200 and reply.json()["path"] == target
+        assert call(gate, "/v1/data", headers={"X-PAYMENT": header}).code == 200
+        assert call(gate, "/v1/data", headers={"X-PAYMENT": header}).code == 402
 
 
 # -- subscriptions, against the local validator ------------------------------------------
@@ -544,30 +560,6 @@ def test_close_fails_requests_still_in_the_gate(app: App) -> None:
     assert [str(e) for e in errors] == ["the payment gate was closed"]
 
 
-def test_the_replayed_body_reads_like_wsgi_input() -> None:
-    from svcpay.gate.wsgi import _ReplayInput
-
-    def replay() -> _ReplayInput:
-        return _ReplayInput(b"one\ntw", io.BytesIO(b"o\nthree\nfour"))
-
-    assert list(replay()) == [b"one\n", b"two\n", b"three\n", b"four"]
-    assert replay().readlines() == [b"one\n", b"two\n", b"three\n", b"four"]
-    assert replay().read() == b"one\ntwo\nthree\nfour"
-    stream = replay()
-    assert [stream.read(2), stream.readline(1), stream.readline(), stream.read(6)] == [
-        b"on",
-        b"e",
-        b"\n",
-        b"two\nth",
-    ]
-    stream = replay()
-    assert [stream.readline(5), stream.readline(5), stream.read(-1)] == [
-        b"one\n",
-        b"two\n",
-        b"three\nfour",
-    ]
-
-
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
@@ -598,3 +590,14 @@ def test_a_real_wsgi_server(gate: PaymentGateWSGI, app: App) -> None:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def test_a_generator_that_writes_has_its_head_sent_once(gate: PaymentGateWSGI) -> None:
+    def writing(environ: WSGIEnvironment, start_response: StartResponse) -> Iterator[bytes]:
+        write = start_response("200 OK", [("Content-Type", "text/plain")])
+        write(b"written, ")
+        yield b"then yielded"
+
+    gate.app = writing
+    reply = call(gate, "/v1/page", headers={"X-PAYMENT": proof(memo_for(gate, "/v1/page"))})
+    assert (reply.status, reply.body) == ("200 OK", b"written, then yielded")

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from svcpay.gate import OneTime, Subscription, payment_gate, payment_gate_wsgi
+from svcpay.gate import OneTime, PaymentGateWSGI, Subscription, payment_gate, payment_gate_wsgi
 from svcpay.gate.chain import ChainSubscriptions
 from svcpay.gate.pricing import Terms
 from svcpay.program.client import BillingClient
@@ -355,27 +356,126 @@ async def test_x402_needs_the_owners_associated_token_account(world: World, chai
         payment_gate(api([], world.facilitator), terms=no_fee_payer, **common)
 
 
-async def test_the_wsgi_adapter_takes_x402_too(world: World) -> None:
-    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
-        start_response("200 OK", [("Content-Type", "application/json")])
-        return [b'{"wsgi": true}']
+class WsgiApi:
+    """A WSGI app: /v1/data answers a closable iterable, /v1/write through write(),
+    /v1/fail a 500, /v1/boom raises before answering; `closed` counts iterables closed."""
 
+    def __init__(self) -> None:
+        self.handled: list[str] = []
+        self.closed = 0
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        path = environ["PATH_INFO"]
+        self.handled.append(path)
+        if path == "/v1/boom":
+            raise RuntimeError("the handler crashed")
+        if path == "/v1/fail":
+            start_response("500 Internal Server Error", [("Content-Type", "application/json")])
+            return [b'{"error": "down"}']
+        write = start_response("200 OK", [("Content-Type", "application/json")])
+        if path == "/v1/write":  # the head goes out with the first write()
+            write(b'{"wsgi": true, ')
+            return [b'"via": "write"}']
+        return self._body(b'{"wsgi": true}')
+
+    def _body(self, data: bytes) -> Iterable[bytes]:
+        api = self
+
+        class Body:
+            def __iter__(self) -> Iterator[bytes]:
+                yield data
+
+            def close(self) -> None:
+                api.closed += 1
+
+        return Body()
+
+
+@contextmanager
+def wsgi_gate(world: World, app: Any, **pricing: OneTime) -> Iterator[PaymentGateWSGI]:
+    """`app` behind an x402 gate pricing each path in `pricing` (`/v1/x` as `v1_x`)."""
     fac_http = httpx.AsyncClient(transport=httpx.ASGITransport(app=world.facilitator.app()))
     with payment_gate_wsgi(
         app,
-        pricing={"/v1/data": [OneTime(PRICE)]},
+        pricing={"/" + name.replace("_", "/"): [entry] for name, entry in pricing.items()},
         terms=x402_terms(world.mint, world.owner.pubkey(), world.facilitator.fee_payer.pubkey()),
         memos=Memos(b"x402-gate-memo-secret-0123"),
         trusted_facilitators=set(),
         replay=MemoryReplayStore(),
         x402_facilitator=X402FacilitatorClient("http://x402-facilitator", http=fac_http),
     ) as gate:
-        unpaid = call(gate, "/v1/data")
-        req = decode_json(unpaid.header("PAYMENT-REQUIRED") or "")
-        header = v2_header(req, transaction(world, req["accepts"][0]))
+        yield gate
+        gate.run(fac_http.aclose())
+
+
+def wsgi_header(world: World, gate: PaymentGateWSGI, path: str, pid: str | None = None) -> str:
+    unpaid = call(gate, path)
+    assert unpaid.code == 402
+    req = decode_json(unpaid.header("PAYMENT-REQUIRED") or "")
+    return v2_header(req, transaction(world, req["accepts"][0]), pid)
+
+
+async def test_the_wsgi_adapter_takes_x402_too(world: World) -> None:
+    api = WsgiApi()
+    with wsgi_gate(world, api, v1_data=OneTime(PRICE)) as gate:
+        header = wsgi_header(world, gate, "/v1/data")
         paid = call(gate, "/v1/data", headers={"PAYMENT-SIGNATURE": header})
         assert (paid.code, paid.json()) == (200, {"wsgi": True})
         assert decode_json(paid.header("PAYMENT-RESPONSE") or "")["success"] is True
         assert call(gate, "/v1/data", headers={"PAYMENT-SIGNATURE": header}).code == 402
-        gate.run(fac_http.aclose())
-    assert world.balance() == PRICE
+    assert world.balance() == PRICE and api.handled == ["/v1/data"] and api.closed == 1
+
+
+async def test_a_failing_wsgi_handler_is_not_settled(world: World) -> None:
+    """A 500 or an exception before answering: nothing settled, and the transaction's
+    claim released, so the same payment may be sent again."""
+    api = WsgiApi()
+    with wsgi_gate(world, api, v1_fail=OneTime(PRICE), v1_boom=OneTime(PRICE)) as gate:
+        failed = wsgi_header(world, gate, "/v1/fail")
+        for _ in range(2):
+            reply = call(gate, "/v1/fail", headers={"PAYMENT-SIGNATURE": failed})
+            assert reply.code == 500 and reply.header("PAYMENT-RESPONSE") is None
+        crashed = wsgi_header(world, gate, "/v1/boom")
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match="crashed"):
+                call(gate, "/v1/boom", headers={"PAYMENT-SIGNATURE": crashed})
+    assert api.handled == ["/v1/fail", "/v1/fail", "/v1/boom", "/v1/boom"]
+    assert world.facilitator.settled == [] and world.balance() == 0
+
+
+async def test_a_failed_settlement_replaces_the_wsgi_response_with_402(
+    world: World, chain: Chain
+) -> None:
+    broke = chain.funded_keypair()  # a token account without the tokens
+    chain.token_account(broke.pubkey(), world.mint)
+    world.payer = broke
+    api = WsgiApi()
+    with wsgi_gate(world, api, v1_data=OneTime(PRICE), v1_write=OneTime(PRICE)) as gate:
+        for path in ("/v1/data", "/v1/write"):
+            header = wsgi_header(world, gate, path)
+            reply = call(gate, path, headers={"PAYMENT-SIGNATURE": header})
+            assert reply.code == 402 and b"wsgi" not in reply.body, path
+            assert reply.json()["accepts"]  # fresh terms
+            receipt = decode_json(reply.header("PAYMENT-RESPONSE") or "")
+            assert receipt["success"] is False and receipt["errorReason"]
+    assert api.handled == ["/v1/data", "/v1/write"] and api.closed == 1
+    assert world.facilitator.settled == [] and world.balance() == 0
+
+
+async def test_wsgi_settle_before_and_a_payment_identifier(world: World) -> None:
+    """A settle-before route pays before its handler; a resend under the same
+    payment-identifier gets the stored response (the body the adapter captured)."""
+    api = WsgiApi()
+    routes = {"v1_data": OneTime(PRICE), "v1_write": OneTime(PRICE, settle="before")}
+    with wsgi_gate(world, api, **routes) as gate:
+        before = wsgi_header(world, gate, "/v1/write")
+        paid = call(gate, "/v1/write", headers={"PAYMENT-SIGNATURE": before})
+        assert (paid.code, paid.body) == (200, b'{"wsgi": true, "via": "write"}')
+        assert decode_json(paid.header("PAYMENT-RESPONSE") or "")["success"] is True
+        header = wsgi_header(world, gate, "/v1/data", PAYMENT_ID)
+        first = call(gate, "/v1/data", headers={"PAYMENT-SIGNATURE": header})
+        again = call(gate, "/v1/data", headers={"PAYMENT-SIGNATURE": header})
+        assert (first.code, again.code, again.body) == (200, 200, first.body)
+        assert again.header("PAYMENT-RESPONSE") == first.header("PAYMENT-RESPONSE")
+    assert api.handled == ["/v1/write", "/v1/data"]
+    assert len(world.facilitator.settled) == 2 and world.balance() == 2 * PRICE

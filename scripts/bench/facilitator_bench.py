@@ -145,12 +145,12 @@ async def webhook_numbers(database: str, n: int) -> None:
     server = Receiver(("127.0.0.1", 0), Sink)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     store = Store.open(database)
-    provider = await store.create_provider("bench")
-    await store.add_resource(provider, "payTo", "BENCHPAYTO")
-    await store.create_endpoint(provider, f"http://127.0.0.1:{server.server_port}/", ["*"])
+    provider = await store.providers.create("bench")
+    await store.providers.add_resource(provider, "payTo", "BENCHPAYTO")
+    await store.webhooks.create_endpoint(provider, f"http://127.0.0.1:{server.server_port}/", ["*"])
     for i in range(n):
         data = {"payTo": "BENCHPAYTO", "i": i}
-        await store.add_event(Event(new_id("evt"), "payment.settled", int(time.time()), data))
+        await store.events.add(Event(new_id("evt"), "payment.settled", int(time.time()), data))
     deliverer = Deliverer(store, batch=100, concurrency=32, allow_local=True)  # a local receiver
     t0 = time.perf_counter()
     while deliverer.delivered < n:

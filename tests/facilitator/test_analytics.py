@@ -117,12 +117,12 @@ def ended(kind: str, sub: str, plan: str, at: int, status: str) -> Event:
 
 
 async def providers(store: Store) -> tuple[str, str]:
-    a, b = await store.create_provider("Provider A"), await store.create_provider("Provider B")
+    a, b = await store.providers.create("Provider A"), await store.providers.create("Provider B")
     for address in (PA1, PA2, PX):
-        await store.add_resource(a, "plan", address)
-    await store.add_resource(a, "payTo", PAY_A)
-    await store.add_resource(b, "plan", PB1)
-    await store.add_resource(b, "payTo", PAY_B)
+        await store.providers.add_resource(a, "plan", address)
+    await store.providers.add_resource(a, "payTo", PAY_A)
+    await store.providers.add_resource(b, "plan", PB1)
+    await store.providers.add_resource(b, "payTo", PAY_B)
     return a, b
 
 
@@ -162,7 +162,7 @@ async def scenario(store: Store) -> tuple[str, str]:
         paid(PAY_A, END, 9 * M),
         ended("ended", "S3", PA2, END + DAY, "Cancelled"),
     ]:
-        assert await store.add_event(e)
+        assert await store.events.add(e)
     return a, b
 
 
@@ -282,7 +282,7 @@ async def test_ranges_are_half_open_and_may_start_mid_day(store: Store) -> None:
         paid(PAY_A, D0 + DAY + 6 * HOUR - 1, 1000),  # last second: in
         paid(PAY_A, D0 + DAY + 6 * HOUR, 10000),  # end: out
     ]:
-        await store.add_event(e)
+        await store.events.add(e)
     got = await report(store, provider_id=a, start=D0 + 12 * HOUR, end=D0 + DAY + 6 * HOUR)
     assert (got["from"], got["to"]) == ("2024-03-01", "2024-03-02")
     assert [(d["date"], d["oneTime"], d["payments"]) for d in got["days"]] == [
@@ -313,7 +313,7 @@ async def test_sums_beyond_a_double_stay_exact(store: Store) -> None:
     a, _ = await providers(store)
     each = 2**53 - 1  # exact as a float (the store writes SQLite amounts through one)
     for i in range(3):
-        await store.add_event(paid(PAY_A, D0 + i, each))
+        await store.events.add(paid(PAY_A, D0 + i, each))
     got = await report(store, provider_id=a, start=D0, end=D0 + DAY)
     assert got["totals"]["volume"] == str(3 * each)  # odd, above 2**53: no float has it
     assert got["days"][0]["oneTime"] == str(3 * each)

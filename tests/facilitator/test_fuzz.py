@@ -255,7 +255,7 @@ async def test_answers_with_data_match_the_document(
     assert created.status_code == 201
     conforms(created.json(), response_schema("/v1/webhooks", "post", 201))
     endpoint_id = created.json()["id"]
-    await store.add_resource(target.provider_id, "payTo", ADDRESS)
+    await store.providers.add_resource(target.provider_id, "payTo", ADDRESS)
     event = Event(
         id=new_id("evt"),
         type="payment.settled",
@@ -264,9 +264,9 @@ async def test_answers_with_data_match_the_document(
         mode="one-time",
         amount=1000,
     )
-    assert await store.add_event(event)
-    delivery = (await store.claim_deliveries(limit=1, lease_secs=60))[0]
-    await store.delivery_failed(delivery.id, status=500, error="HTTP 500", retry_at=None)
+    assert await store.events.add(event)
+    delivery = (await store.webhooks.claim(limit=1, lease_secs=60))[0]
+    await store.webhooks.delivery_failed(delivery.id, status=500, error="HTTP 500", retry_at=None)
 
     for path, url in [
         ("/v1/webhooks", "/v1/webhooks"),
@@ -501,7 +501,7 @@ async def test_a_missing_or_bogus_api_key_is_a_401(
 async def test_a_revoked_api_key_is_a_401(http: httpx.AsyncClient, target: ProviderApp) -> None:
     key_id = target.api_key.removeprefix("svc_").split("_", 1)[0]
     assert (await http.get("/v1/webhooks", headers=target.auth)).status_code == 200
-    assert await target.service.store.revoke_api_key(key_id)
+    assert await target.service.store.api_keys.revoke(key_id)
     assert_error(await http.get("/v1/webhooks", headers=target.auth), 401, "Unauthorized")
 
 
@@ -520,8 +520,10 @@ async def test_an_unknown_webhook_endpoint_is_a_404(
 async def test_another_providers_webhook_endpoint_is_a_404(
     http: httpx.AsyncClient, target: ProviderApp
 ) -> None:
-    other = await target.service.store.create_provider("other")
-    endpoint, _ = await target.service.store.create_endpoint(other, "https://example.com", ["*"])
+    other = await target.service.store.providers.create("other")
+    endpoint, _ = await target.service.store.webhooks.create_endpoint(
+        other, "https://example.com", ["*"]
+    )
     url = f"/v1/webhooks/{endpoint.id}"
     assert_error(await http.get(f"{url}/deliveries", headers=target.auth), 404, "NotFound")
     assert_error(await http.delete(url, headers=target.auth), 404, "NotFound")

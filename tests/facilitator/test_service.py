@@ -61,7 +61,7 @@ class Shop:
             grace_secs=grace_secs,
         )  # fmt: skip
         if register:
-            await service.store.add_resource(self.provider_id, "plan", str(plan))
+            await service.store.providers.add_resource(self.provider_id, "plan", str(plan))
         return plan
 
     async def metered_subscriber(self, chain: Chain, plan: Pubkey) -> tuple[Pubkey, Keypair]:
@@ -92,9 +92,9 @@ async def shop(validator: Localnet, chain: Chain, database_url: str) -> AsyncIte
     destination = chain.token_account(provider.pubkey(), mint)
     async with in_process_facilitator(validator.url, fee_payer, database_url=database_url) as fac:
         store = fac.service.store
-        provider_id = await store.create_provider("acme")
-        _, key = await store.create_api_key(provider_id)
-        await store.add_resource(provider_id, "payTo", str(destination))
+        provider_id = await store.providers.create("acme")
+        _, key = await store.api_keys.create(provider_id)
+        await store.providers.add_resource(provider_id, "payTo", str(destination))
         yield Shop(fac, provider, mint, destination, provider_id, key, database_url)
 
 
@@ -129,7 +129,7 @@ async def test_concurrent_duplicates_settle_once_with_one_proof(shop: Shop, chai
     assert chain.token_state(shop.destination)["amount"] == PRICE
     settled = [
         e
-        for e in await shop.fac.service.store.events(shop.provider_id)
+        for e in await shop.fac.service.store.events.read(shop.provider_id)
         if e.type == "payment.settled"
     ]
     assert len(settled) == 1 and settled[0].data["amount"] == str(PRICE)
@@ -158,7 +158,7 @@ async def test_a_restart_between_sending_and_answering_loses_nothing(
         "issued_at": 0,
         "created_at": 0,
     }
-    await service.store.begin_settlement(row)
+    await service.store.settlements.begin(row)
     await BillingClient(service.rpc).send_signed(signed)
 
     # A new instance on the same database: recovery records the payment (and its event),
@@ -174,7 +174,7 @@ async def test_a_restart_between_sending_and_answering_loses_nothing(
         again = await shop.fac.http.post("/authorize", json=body)
         assert again.status_code == 200 and again.json()["transaction"] == str(sigs[0])
         assert chain.token_state(shop.destination)["amount"] == PRICE
-        types = [e.type for e in await restarted.store.events(shop.provider_id)]
+        types = [e.type for e in await restarted.store.events.read(shop.provider_id)]
         assert types.count("payment.settled") == 1
     finally:
         await restarted.aclose()
@@ -197,17 +197,17 @@ async def test_renewals_over_a_period_with_a_failure_and_recovery(
     summary = await service.crank_once()
     assert (summary.renewed, summary.renewal_failed) == (1, 1)
     assert status_name(await billing.fetch_subscription(subs[1])) == "PastDue"  # type: ignore[arg-type]
-    lease = await service.store.lease(str(subs[1]))
+    lease = await service.store.crank.lease(str(subs[1]))
     assert lease and lease["attempts"] == 1 and "InsufficientFunds" in lease["last_error"]
     assert (await service.crank_once()).transactions == 0  # it waits for its retry time
 
     chain.mint_to(shop.mint, poor_token, USDC)  # the subscriber tops up
     clock.advance(clock.days(1))
-    await service.store.release_subscription(str(subs[1]))  # as if its retry time had come
+    await service.store.crank.release(str(subs[1]))  # as if its retry time had come
     summary = await service.crank_once()
     assert summary.renewed == 1
     assert status_name(await billing.fetch_subscription(subs[1])) == "Active"  # type: ignore[arg-type]
-    types = [e.type for e in await service.store.events(shop.provider_id)]
+    types = [e.type for e in await service.store.events.read(shop.provider_id)]
     assert types.count("subscription.renewed") == 2
     assert types.count("subscription.renewal_failed") == 1
 
@@ -223,7 +223,7 @@ async def test_metered_usage_is_deducted_once_per_key_up_to_the_cap(
     assert (await http.post("/v1/usage", json=report)).status_code == 401
     forbidden = await http.post("/v1/usage", json=report, headers=shop.auth())
     assert forbidden.status_code == 403  # the plan is not registered to this provider
-    await service.store.add_resource(shop.provider_id, "plan", str(plan))
+    await service.store.providers.add_resource(shop.provider_id, "plan", str(plan))
 
     first = await http.post("/v1/usage", json=report, headers=shop.auth())
     again = await http.post("/v1/usage", json=report, headers=shop.auth())
@@ -248,7 +248,7 @@ async def test_metered_usage_is_deducted_once_per_key_up_to_the_cap(
     )
     assert raised.status_code == 200
     await service.index_once()  # the subscriber's own cap change reaches the event log
-    types = [e.type for e in await service.store.events(shop.provider_id)]
+    types = [e.type for e in await service.store.events.read(shop.provider_id)]
     assert types.count("allowance.deducted") == 3
     assert "allowance.exhausted" in types and "allowance.raised" in types
 
@@ -349,7 +349,9 @@ async def test_two_instances_crank_together_without_double_work(
     assert one.skipped + two.skipped == one.due + two.due - 12
     assert chain.token_state(shop.destination)["amount"] == 24 * USDC
     renewed = [
-        e for e in await service.store.events(shop.provider_id) if e.type == "subscription.renewed"
+        e
+        for e in await service.store.events.read(shop.provider_id)
+        if e.type == "subscription.renewed"
     ]
     assert len(renewed) == 12
 
@@ -394,7 +396,7 @@ async def test_a_deduction_confirmed_late_names_its_transaction(
     assert result["status"] == "deducted"
     allowance = await billing.fetch_allowance(sub)
     assert allowance is not None and allowance.used == 1000
-    stored = await service.store.usage_report(result["id"])
+    stored = await service.store.usage.get(result["id"])
     assert stored is not None and result["transaction"] == stored["signature"] is not None
 
 
@@ -406,11 +408,11 @@ async def test_a_usage_report_left_pending_is_completed_by_recovery(
     service, billing = shop.fac.service, shop.fac.service.billing
     plan = await shop.plan(11)
     sub, _ = await shop.metered_subscriber(chain, plan)
-    row, created = await service.store.begin_usage(shop.provider_id, "crashed", str(sub), 1000)
+    row, created = await service.store.usage.begin(shop.provider_id, "crashed", str(sub), 1000)
     assert created  # ... and here the process died
 
     assert await service.usage.recover(older_than_secs=0) == 1
-    stored = await service.store.usage_report(row["id"])
+    stored = await service.store.usage.get(row["id"])
     assert stored is not None and stored["status"] == "deducted" and stored["signature"]
     allowance = await billing.fetch_allowance(sub)
     assert allowance is not None and allowance.used == 1000

@@ -31,14 +31,14 @@ async def test_an_older_schema_upgrades_with_its_data(database_url: str) -> None
     db.migrate(database_url, "0001")
     old = Store.open(database_url, migrate=False)
     try:
-        provider = await old.create_provider("before the upgrade")
+        provider = await old.providers.create("before the upgrade")
     finally:
         await old.close()
     db.migrate(database_url)
     assert db.current_revision(database_url) == "0003"
     store = Store.open(database_url)
     try:
-        assert (await store.provider(provider) or {}).get("name") == "before the upgrade"
+        assert (await store.providers.get(provider) or {}).get("name") == "before the upgrade"
     finally:
         await store.close()
 
@@ -54,16 +54,18 @@ def test_bad_database_urls_are_refused_with_the_reason() -> None:
 async def test_api_keys_are_stored_hashed_and_can_be_revoked(database_url: str) -> None:
     store = Store.open(database_url)
     try:
-        provider = await store.create_provider("acme")
-        key_id, key = await store.create_api_key(provider, "ci")
-        assert await store.authenticate(key) == provider
-        assert await store.authenticate(key[:-1] + ("A" if key[-1] != "A" else "B")) is None
-        assert await store.authenticate("svc_nonsense") is None
+        provider = await store.providers.create("acme")
+        key_id, key = await store.api_keys.create(provider, "ci")
+        assert await store.api_keys.authenticate(key) == provider
+        assert (
+            await store.api_keys.authenticate(key[:-1] + ("A" if key[-1] != "A" else "B")) is None
+        )
+        assert await store.api_keys.authenticate("svc_nonsense") is None
         async with store.engine.connect() as conn:
             stored = (await conn.execute(sa.select(db.api_keys.c.key_hash))).scalars().all()
         assert key not in stored and all(len(h) == 64 for h in stored)
-        assert await store.revoke_api_key(key_id)
-        assert await store.authenticate(key) is None
+        assert await store.api_keys.revoke(key_id)
+        assert await store.api_keys.authenticate(key) is None
     finally:
         await store.close()
 
@@ -71,26 +73,26 @@ async def test_api_keys_are_stored_hashed_and_can_be_revoked(database_url: str) 
 async def test_an_event_queues_one_delivery_per_matching_endpoint(database_url: str) -> None:
     store = Store.open(database_url)
     try:
-        provider = await store.create_provider("acme")
-        other = await store.create_provider("other")
-        await store.add_resource(provider, "plan", "PLAN")
-        everything, _ = await store.create_endpoint(provider, "http://a/hook", ["*"])
-        await store.create_endpoint(provider, "http://b/hook", ["payment.settled"])
-        await store.create_endpoint(other, "http://c/hook", ["*"])
+        provider = await store.providers.create("acme")
+        other = await store.providers.create("other")
+        await store.providers.add_resource(provider, "plan", "PLAN")
+        everything, _ = await store.webhooks.create_endpoint(provider, "http://a/hook", ["*"])
+        await store.webhooks.create_endpoint(provider, "http://b/hook", ["payment.settled"])
+        await store.webhooks.create_endpoint(other, "http://c/hook", ["*"])
         event = Event(new_id("evt"), "plan.created", 1, {"plan": "PLAN"}, plan="PLAN")
-        assert await store.add_event(event)
+        assert await store.events.add(event)
         again = Event(new_id("evt"), "plan.created", 1, {}, chain_key="sig:0")
-        assert await store.add_event(again) and not await store.add_event(again)
+        assert await store.events.add(again) and not await store.events.add(again)
 
-        due = await store.claim_deliveries(limit=10, lease_secs=60)
+        due = await store.webhooks.claim(limit=10, lease_secs=60)
         assert [(d.url, d.event_id) for d in due] == [("http://a/hook", event.id)]
         assert b'"type":"plan.created"' in due[0].body
-        assert await store.claim_deliveries(limit=10, lease_secs=60) == []  # leased
-        await store.delivery_failed(due[0].id, status=500, error="HTTP 500", retry_at=0)
-        retry = await store.claim_deliveries(limit=10, lease_secs=60)
+        assert await store.webhooks.claim(limit=10, lease_secs=60) == []  # leased
+        await store.webhooks.delivery_failed(due[0].id, status=500, error="HTTP 500", retry_at=0)
+        retry = await store.webhooks.claim(limit=10, lease_secs=60)
         assert [d.attempts for d in retry] == [1]
-        await store.delivered(retry[0].id, 200)
-        [row] = await store.deliveries(everything.id)
+        await store.webhooks.delivered(retry[0].id, 200)
+        [row] = await store.webhooks.deliveries(everything.id)
         assert (row["status"], row["attempts"]) == ("delivered", 2)
     finally:
         await store.close()
@@ -101,15 +103,15 @@ async def test_two_instances_never_lease_the_same_subscription(database_url: str
     try:
         subs = [f"SUB{i}" for i in range(40)]
         a, b = await asyncio.gather(
-            one.claim_subscriptions("a", subs, lease_secs=60),
-            two.claim_subscriptions("b", subs, lease_secs=60),
+            one.crank.claim("a", subs, lease_secs=60),
+            two.crank.claim("b", subs, lease_secs=60),
         )
         assert sorted(a + b) == sorted(subs) and not set(a) & set(b)
-        await one.release_subscription(a[0] if a else b[0], error="boom", retry_at=2**40)
+        await one.crank.release(a[0] if a else b[0], error="boom", retry_at=2**40)
         freed = a[1:] if a else b[1:]
         for s in freed:
-            await one.release_subscription(s)
-        again = await two.claim_subscriptions("b", subs, lease_secs=60)
+            await one.crank.release(s)
+        again = await two.crank.claim("b", subs, lease_secs=60)
         assert sorted(again) == sorted(freed)  # the failed one waits for its retry time
     finally:
         await one.close()
@@ -119,15 +121,17 @@ async def test_two_instances_never_lease_the_same_subscription(database_url: str
 async def test_a_deleted_endpoint_receives_nothing_more(database_url: str) -> None:
     store = Store.open(database_url)
     try:
-        provider = await store.create_provider("acme")
-        await store.add_resource(provider, "plan", "PLAN")
-        endpoint, _ = await store.create_endpoint(provider, "https://hooks.example.com/", ["*"])
-        await store.add_event(Event(new_id("evt"), "plan.created", 1, {}, plan="PLAN"))
-        assert await store.disable_endpoint(provider, endpoint.id)
-        assert await store.claim_deliveries(limit=10, lease_secs=60) == []
-        [row] = await store.deliveries(endpoint.id)
+        provider = await store.providers.create("acme")
+        await store.providers.add_resource(provider, "plan", "PLAN")
+        endpoint, _ = await store.webhooks.create_endpoint(
+            provider, "https://hooks.example.com/", ["*"]
+        )
+        await store.events.add(Event(new_id("evt"), "plan.created", 1, {}, plan="PLAN"))
+        assert await store.webhooks.disable_endpoint(provider, endpoint.id)
+        assert await store.webhooks.claim(limit=10, lease_secs=60) == []
+        [row] = await store.webhooks.deliveries(endpoint.id)
         assert row["status"] == "dead" and row["last_error"] == "the endpoint was deleted"
-        await store.add_event(Event(new_id("evt"), "plan.deprecated", 2, {}, plan="PLAN"))
-        assert len(await store.deliveries(endpoint.id)) == 1  # none queued for new events
+        await store.events.add(Event(new_id("evt"), "plan.deprecated", 2, {}, plan="PLAN"))
+        assert len(await store.webhooks.deliveries(endpoint.id)) == 1  # none queued for new events
     finally:
         await store.close()

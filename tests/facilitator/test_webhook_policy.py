@@ -42,15 +42,17 @@ async def test_a_name_resolving_to_loopback_is_refused_at_delivery(tmp_path: Pat
     assert "private" in (await refused_destination("https://localhost:8443/hooks") or "")
     store = Store.open(f"sqlite:///{tmp_path / 'f.db'}")
     try:
-        provider = await store.create_provider("acme")
-        await store.add_resource(provider, "payTo", "PAYTO")
-        endpoint, _ = await store.create_endpoint(provider, "https://localhost:8443/hooks", ["*"])
-        await store.add_event(
+        provider = await store.providers.create("acme")
+        await store.providers.add_resource(provider, "payTo", "PAYTO")
+        endpoint, _ = await store.webhooks.create_endpoint(
+            provider, "https://localhost:8443/hooks", ["*"]
+        )
+        await store.events.add(
             Event(new_id("evt"), "payment.settled", int(time.time()), {"payTo": "PAYTO"})
         )
         deliverer = Deliverer(store)
         assert await deliverer.run_once() == 1
-        [row] = await store.deliveries(endpoint.id)
+        [row] = await store.webhooks.deliveries(endpoint.id)
         assert row["status"] == "dead" and row["last_error"].startswith("refused:")
         await deliverer.aclose()
     finally:
@@ -86,10 +88,12 @@ async def test_a_delivery_connects_to_the_address_it_checked(
 
     store = Store.open(f"sqlite:///{tmp_path / 'f.db'}")
     try:
-        provider = await store.create_provider("acme")
-        await store.add_resource(provider, "payTo", "PAYTO")
-        await store.create_endpoint(provider, "https://hooks.example.com:8443/in?x=1", ["*"])
-        await store.add_event(
+        provider = await store.providers.create("acme")
+        await store.providers.add_resource(provider, "payTo", "PAYTO")
+        await store.webhooks.create_endpoint(
+            provider, "https://hooks.example.com:8443/in?x=1", ["*"]
+        )
+        await store.events.add(
             Event(new_id("evt"), "payment.settled", int(time.time()), {"payTo": "PAYTO"})
         )
         http = httpx.AsyncClient(transport=httpx.MockTransport(receiver))

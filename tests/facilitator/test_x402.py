@@ -113,7 +113,7 @@ class Market:
         return int(self.chain.token_state(self.ata)["amount"])
 
     async def settled_events(self) -> list[Any]:
-        found = await self.fac.service.store.events(self.provider_id)
+        found = await self.fac.service.store.events.read(self.provider_id)
         return [e for e in found if e.type == "payment.settled"]
 
 
@@ -126,8 +126,8 @@ async def open_market(
     ata = chain.token_account(merchant.pubkey(), mint)
     async with in_process_facilitator(validator.url, fee_payer, database_url=database_url) as fac:
         store = fac.service.store
-        provider_id = await store.create_provider("x402 merchant")
-        await store.add_resource(provider_id, "payTo", str(ata))
+        provider_id = await store.providers.create("x402 merchant")
+        await store.providers.add_resource(provider_id, "payTo", str(ata))
         yield Market(fac, chain, merchant.pubkey(), mint, ata, provider_id, database_url)
 
 

@@ -64,9 +64,9 @@ async def in_process_facilitator(
         )
         service = Facilitator(config)
         if pay_to:  # it settles only payments to registered payTo accounts
-            provider = await service.store.create_provider("test provider")
+            provider = await service.store.providers.create("test provider")
             for account in pay_to:
-                await service.store.add_resource(provider, "payTo", str(account))
+                await service.store.providers.add_resource(provider, "payTo", str(account))
         app = create_app(service, background=False)
         http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=FACILITATOR_URL)
         try:

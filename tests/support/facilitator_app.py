@@ -50,8 +50,8 @@ async def _seed(database_url: str) -> tuple[str, str]:
     """A provider and an API key, written through a store of their own (closed after)."""
     store = Store.open(database_url, migrate=False)
     try:
-        provider_id = await store.create_provider("api-tests")
-        _, key = await store.create_api_key(provider_id, "api-tests")
+        provider_id = await store.providers.create("api-tests")
+        _, key = await store.api_keys.create(provider_id, "api-tests")
     finally:
         await store.close()
     return provider_id, key

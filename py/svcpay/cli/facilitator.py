@@ -209,12 +209,12 @@ def provider_create(args: argparse.Namespace) -> int:
     async def go() -> dict[str, Any]:
         store = Store.open(cfg.database_url)
         try:
-            pid = await store.create_provider(args.name)
-            key_id, key = await store.create_api_key(pid, args.label)
+            pid = await store.providers.create(args.name)
+            key_id, key = await store.api_keys.create(pid, args.label)
             for plan in args.plan:
-                await store.add_resource(pid, "plan", str(plan))
+                await store.providers.add_resource(pid, "plan", str(plan))
             for pay_to in args.pay_to:
-                await store.add_resource(pid, "payTo", str(pay_to))
+                await store.providers.add_resource(pid, "payTo", str(pay_to))
             return {"provider": pid, "name": args.name, "keyId": key_id, "apiKey": key}
         finally:
             await store.close()
@@ -243,13 +243,13 @@ def provider_add(args: argparse.Namespace) -> int:
     async def go() -> list[tuple[str, str]]:
         store = Store.open(cfg.database_url)
         try:
-            if await store.provider(args.provider) is None:
+            if await store.providers.get(args.provider) is None:
                 raise CliError(f"no provider {args.provider}", exit_code=3)
             for plan in args.plan:
-                await store.add_resource(args.provider, "plan", str(plan))
+                await store.providers.add_resource(args.provider, "plan", str(plan))
             for pay_to in args.pay_to:
-                await store.add_resource(args.provider, "payTo", str(pay_to))
-            return await store.resources(args.provider)
+                await store.providers.add_resource(args.provider, "payTo", str(pay_to))
+            return await store.providers.resources(args.provider)
         finally:
             await store.close()
 
@@ -271,7 +271,7 @@ def provider_list(args: argparse.Namespace) -> int:
     async def go() -> list[dict[str, Any]]:
         store = Store.open(cfg.database_url)
         try:
-            return await store.list_providers()
+            return await store.providers.all()
         finally:
             await store.close()
 
@@ -297,12 +297,12 @@ def provider_revoke(args: argparse.Namespace) -> int:
         store = Store.open(cfg.database_url)
         try:
             if args.key:
-                return int(await store.revoke_api_key(args.key))
-            if await store.provider(args.provider) is None:
+                return int(await store.api_keys.revoke(args.key))
+            if await store.providers.get(args.provider) is None:
                 raise NotFound(
                     f"no provider {args.provider}: see `svcpay facilitator provider list`"
                 )
-            return await store.revoke_provider_keys(args.provider)
+            return await store.api_keys.revoke_all(args.provider)
         finally:
             await store.close()
 

@@ -142,7 +142,7 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
             scheme, _, key = auth.partition(" ")
             if scheme.lower() != "bearer" or not key:
                 return error(401, "Unauthorized", "send Authorization: Bearer <API key>")
-            provider_id = await store.authenticate(key.strip())
+            provider_id = await store.api_keys.authenticate(key.strip())
             if provider_id is None:
                 return error(401, "Unauthorized", "the API key is unknown or revoked")
             return await handler(request, provider_id)
@@ -237,7 +237,7 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
 
     async def list_events(request: Request, provider_id: str) -> Response:
         page = query(request, EventsQuery)
-        found = await store.events(provider_id, after_seq=page.after, limit=page.limit)
+        found = await store.events.read(provider_id, after_seq=page.after, limit=page.limit)
         return JSONResponse(
             {
                 "events": [e.to_json_dict() for e in found],
@@ -247,26 +247,28 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
 
     async def webhooks(request: Request, provider_id: str) -> Response:
         if request.method == "GET":
-            found = await store.endpoints(provider_id)
+            found = await store.webhooks.endpoints(provider_id)
             return JSONResponse({"endpoints": [e.to_json_dict() for e in found]})
         body = await request_body(request, WebhookRequest)
         refused = check_endpoint_url(body.url, allow_local=fac.config.webhook_allow_local)
         if refused:
             raise BadRequest(refused)
-        endpoint, secret = await store.create_endpoint(provider_id, body.url, body.event_types)
+        endpoint, secret = await store.webhooks.create_endpoint(
+            provider_id, body.url, body.event_types
+        )
         return JSONResponse({**endpoint.to_json_dict(), "secret": secret}, status_code=201)
 
     async def webhook(request: Request, provider_id: str) -> Response:
         endpoint_id = request.path_params["endpoint_id"]
-        if not await store.disable_endpoint(provider_id, endpoint_id):
+        if not await store.webhooks.disable_endpoint(provider_id, endpoint_id):
             return error(404, "NotFound", "no such active webhook endpoint")
         return Response(status_code=204)
 
     async def deliveries(request: Request, provider_id: str) -> Response:
         endpoint_id = request.path_params["endpoint_id"]
-        if endpoint_id not in {e.id for e in await store.endpoints(provider_id)}:
+        if endpoint_id not in {e.id for e in await store.webhooks.endpoints(provider_id)}:
             return error(404, "NotFound", "no such webhook endpoint")
-        rows = await store.deliveries(endpoint_id)
+        rows = await store.webhooks.deliveries(endpoint_id)
         keys = ("event_id", "status", "attempts", "last_status", "last_error", "delivered_at")
         return JSONResponse(
             {"deliveries": [{to_camel(k): r[k] for k in ("id", *keys)} for r in rows]}

@@ -118,12 +118,10 @@ async def run_once(
         due = [d for p in plan for d in await client.due_subscriptions(p, now)]
     summary.due = len(due)
     clock = now if now is not None else await client.chain_time()  # the events' time
-    run_id = await store.start_run(instance) if store else None
+    run_id = await store.crank.start_run(instance) if store else None
     if store is not None:
         held = set(
-            await store.claim_subscriptions(
-                instance, [str(k) for k, _ in due], lease_secs=lease_secs
-            )
+            await store.crank.claim(instance, [str(k) for k, _ in due], lease_secs=lease_secs)
         )
         summary.skipped += len(due) - len(held)
         due = [(k, sub) for k, sub in due if str(k) in held]
@@ -142,16 +140,16 @@ async def run_once(
                 if str(key) in unpaid:
                     reason = type(unpaid[str(key)].data.get("reason")).__name__
                     await backoff(key, f"RenewalFailed: {reason}", past_due_retry_secs, 86_400)
-            await store.release_subscriptions(
+            await store.crank.release_many(
                 [str(k) for k, _ in group if str(k) not in unpaid], instance
             )
 
     async def backoff(key: Pubkey, error: str, first: int, most: int) -> None:
         assert store is not None
-        lease = await store.lease(str(key))
+        lease = await store.crank.lease(str(key))
         attempts = (lease or {}).get("attempts", 0) + 1
         delay = min(first * 2 ** (attempts - 1), most)
-        await store.release_subscription(
+        await store.crank.release(
             str(key), error=error, retry_at=int(time.time()) + delay, owner=instance
         )
 
@@ -185,5 +183,5 @@ async def run_once(
     )
     await asyncio.gather(*(handle(g) for g in groups))
     if store is not None and run_id is not None:
-        await store.finish_run(run_id, summary.to_json_dict())
+        await store.crank.finish_run(run_id, summary.to_json_dict())
     return summary

@@ -153,7 +153,7 @@ async def record_receipt(
     (the indexer finds them too; their chain keys make that second copy a no-op). `at` is
     the cluster's clock (what the indexer records as the block time); default: now."""
     at = int(time.time()) if at is None else at
-    await store.add_events(
+    await store.events.add_many(
         [
             ev
             for index, event in enumerate(receipt.events)
@@ -173,7 +173,7 @@ async def index_once(rpc: AsyncClient, store: Store, program_id: Pubkey = PROGRA
     only after the events are stored, so a crash re-reads (harmlessly) rather than skips."""
     from svcpay.facilitator.indexer import read_events
 
-    cursor = await store.cursor(INDEXER_CURSOR)
+    cursor = await store.cursors.get(INDEXER_CURSOR)
     found, new_cursor = await read_events(rpc, program_id, cursor, max_transactions=500)
     recorded = 0
     for chain_event in found:
@@ -184,7 +184,7 @@ async def index_once(rpc: AsyncClient, store: Store, program_id: Pubkey = PROGRA
             index=chain_event.index,
             at=chain_event.block_time or int(time.time()),
         ):
-            recorded += await store.add_event(ev)
+            recorded += await store.events.add(ev)
     if new_cursor and new_cursor != cursor:
-        await store.set_cursor(INDEXER_CURSOR, new_cursor)
+        await store.cursors.set(INDEXER_CURSOR, new_cursor)
     return recorded

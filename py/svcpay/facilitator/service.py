@@ -81,7 +81,7 @@ class Facilitator:
     ) -> crank.CrankSummary:
         """One billing run over the plans registered with this facilitator; `progress` is
         called after each transaction."""
-        plans = [Pubkey.from_string(p) for p in await self.store.plans()]
+        plans = [Pubkey.from_string(p) for p in await self.store.providers.plans()]
         summary = await crank.run_once(
             self.billing,
             self.keypair,

@@ -165,7 +165,10 @@ class Settler:
             )
 
     async def registered(self, pay_to: str) -> bool:
-        return self.settle_unregistered or await self.store.resource_owner(pay_to) is not None
+        return (
+            self.settle_unregistered
+            or await self.store.providers.resource_owner(pay_to) is not None
+        )
 
     def cosign(self, tx: VersionedTransaction) -> VersionedTransaction:
         """`tx` with the fee payer's signature in slot 0 (deterministic: ed25519), so one
@@ -219,7 +222,7 @@ class Settler:
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             try:
-                row, created = await self.store.begin_settlement(
+                row, created = await self.store.settlements.begin(
                     {
                         **record,
                         "signature": key,
@@ -247,7 +250,7 @@ class Settler:
                     # (ours then fails as a duplicate): look before forgetting it.
                     if await self._landed_quietly(sig):
                         return await self._finish(row)
-                    await self.store.forget_settlement(key)  # nothing was paid
+                    await self.store.settlements.forget(key)  # nothing was paid
                     raise
                 return await self._finish(row)
             finally:
@@ -261,19 +264,19 @@ class Settler:
         `older_than_secs` may still have a live request on them and are left to it.
         Returns how many were finished."""
         finished = 0
-        for row in await self.store.pending_settlements():
+        for row in await self.store.settlements.pending():
             if row["created_at"] > time.time() - older_than_secs:
                 continue
             try:
                 landed = await self._landed(Signature.from_string(row["signature"]))
             except SettlementError:  # it failed on chain: nothing was paid
-                await self.store.forget_settlement(row["signature"])
+                await self.store.settlements.forget(row["signature"])
                 continue
             if landed:
                 await self._finish(row)
                 finished += 1
             elif row["created_at"] < time.time() - BLOCKHASH_LIFETIME_SECS:
-                await self.store.forget_settlement(row["signature"])  # expired unsent
+                await self.store.settlements.forget(row["signature"])  # expired unsent
         return finished
 
     async def _landed_quietly(self, sig: Signature) -> bool:
@@ -320,7 +323,7 @@ class Settler:
             mode="one-time",
             amount=int(row["amount"]),
         )
-        stored, won = await self.store.finish_settlement(
+        stored, won = await self.store.settlements.finish(
             row["signature"], proof.model_dump_json(), event
         )
         return {**row, "status": "settled", "proof": stored}, won

@@ -97,7 +97,7 @@ class UsageReporter:
     async def _report(
         self, provider_id: str, subscription: str, amount: int, idempotency_key: str
     ) -> dict[str, Any]:
-        row, _ = await self.store.begin_usage(provider_id, idempotency_key, subscription, amount)
+        row, _ = await self.store.usage.begin(provider_id, idempotency_key, subscription, amount)
         if row["subscription"] != subscription or row["amount"] != amount:
             raise UsageError(
                 "IdempotencyKeyReused",
@@ -119,7 +119,7 @@ class UsageReporter:
             if row["signature"]:
                 landed = await self.billing.landed(row["signature"])
                 if landed:
-                    await self.store.finish_usage(row["id"], signature=row["signature"], error=None)
+                    await self.store.usage.finish(row["id"], signature=row["signature"], error=None)
                     return self._outcome({**row, "status": "deducted"})
                 young = time.time() - (row["sent_at"] or 0) < BLOCKHASH_LIFETIME_SECS
                 if landed is None and young:  # it may still land: the same one, never a second
@@ -130,7 +130,7 @@ class UsageReporter:
                 row["subscription"], row["amount"], self.authority, known=sub
             )
             encoded = base64.b64encode(bytes(tx)).decode()
-            if await self.store.usage_sent(
+            if await self.store.usage.sent(
                 row["id"], row["signature"], str(tx.signatures[0]), encoded
             ):
                 return await self._send(row, tx, plan=str(sub.plan))
@@ -140,7 +140,7 @@ class UsageReporter:
         """Completes usage reports left pending (a crash, a timeout, a provider that never
         retried): landed ones are recorded, others sent; returns how many were handled."""
         handled = 0
-        for row in await self.store.pending_usage():
+        for row in await self.store.usage.pending():
             if time.time() - row["created_at"] < older_than_secs:
                 continue  # probably in flight
             # A UsageError means recorded (failed) or still pending: either way not lost.
@@ -158,17 +158,17 @@ class UsageReporter:
             receipt = await self.billing.send_signed(tx)
         except ProgramError as e:
             error = f"{e.name}: {e.message or e}"
-            await self.store.finish_usage(row["id"], signature=None, error=error)
+            await self.store.usage.finish(row["id"], signature=None, error=error)
             raise UsageError(e.name, e.message or str(e), STATUS_BY_ERROR.get(e.name, 409)) from e
         except TransactionError as e:
             if e.rejected:  # an instruction failed (in simulation or on chain): final
                 error = f"DeductionFailed: {e}"
-                await self.store.finish_usage(row["id"], signature=None, error=error)
+                await self.store.usage.finish(row["id"], signature=None, error=error)
                 raise UsageError("DeductionFailed", str(e), 409) from e
             # Not the subscriber's doing (unsent, unconfirmed): the report stays pending.
             signature = str(tx.signatures[0])
             if await self.billing.landed(signature):  # e.g. already processed
-                await self.store.finish_usage(row["id"], signature=signature, error=None)
+                await self.store.usage.finish(row["id"], signature=signature, error=None)
                 # `row` may predate this transaction (a first send): name the one that landed
                 return self._outcome({**row, "status": "deducted", "signature": signature})
             raise UsageError("DeductionPending", f"{e}; report again with the same key", 503) from e
@@ -176,7 +176,7 @@ class UsageReporter:
             sub = await self.billing.fetch_subscription(row["subscription"])
             plan = str(sub.plan) if sub else None
         await record_receipt(self.store, receipt, plan=plan, at=await self.billing.chain_time())
-        await self.store.finish_usage(row["id"], signature=receipt.signature, error=None)
+        await self.store.usage.finish(row["id"], signature=receipt.signature, error=None)
         deducted = receipt.event("AllowanceDeducted")
         fields = deducted.data if deducted else {}
         extra: dict[str, int] = {
@@ -185,7 +185,7 @@ class UsageReporter:
         return self._outcome({**row, "status": "deducted", "signature": receipt.signature}, extra)
 
     async def _row(self, provider_id: str, report_id: str) -> dict[str, Any]:
-        rows = await self.store.usage_report(report_id)
+        rows = await self.store.usage.get(report_id)
         if rows is None or rows["provider_id"] != provider_id:
             raise UsageError("NotFound", "no such usage report", 404)
         return rows
@@ -205,7 +205,7 @@ class UsageReporter:
                 "usage can be charged to it (the subscriber subscribes with --allowance-cap)",
                 409,
             )
-        if await self.store.resource_owner(str(sub.plan)) != provider_id:
+        if await self.store.providers.resource_owner(str(sub.plan)) != provider_id:
             raise UsageError(
                 "Forbidden", "the subscription's plan is not registered to this API key", 403
             )

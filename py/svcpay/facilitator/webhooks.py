@@ -65,11 +65,11 @@ class Deliverer:
         """One pass: sends every due delivery (in batches); returns how many were tried."""
         tried = 0
         while True:
-            due = await self.store.claim_deliveries(limit=self.batch, lease_secs=self.lease_secs)
+            due = await self.store.webhooks.claim(limit=self.batch, lease_secs=self.lease_secs)
             if not due:
                 return tried
             outcomes = await asyncio.gather(*(self._send(d) for d in due))
-            await self.store.record_attempts(outcomes)
+            await self.store.webhooks.record_attempts(outcomes)
             tried += len(due)
 
     async def run(self, stop: asyncio.Event, interval: float = 1.0) -> None:

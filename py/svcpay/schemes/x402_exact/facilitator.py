@@ -184,7 +184,7 @@ class X402Facilitator:
             if not await self.settler.registered(str(checked.transfer.destination)):
                 raise self._unregistered(checked)
             key = str(checked.signed.signatures[0])
-            if await self.settler.store.settlement(key) is not None:
+            if await self.settler.store.settlements.get(key) is not None:
                 raise Refused(
                     Reason.DUPLICATE_SETTLEMENT, "this transaction was settled", checked.payer
                 )

@@ -1,0 +1,141 @@
+"""Lifecycle events, attributed to their plan and provider, with their webhook deliveries
+queued in the same transaction (the outbox)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from svcpay.facilitator.db import events, provider_resources
+from svcpay.facilitator.store._base import Part
+from svcpay.facilitator.store.webhooks import queue_deliveries
+
+
+@dataclass(frozen=True)
+class Event:
+    """A lifecycle event: what webhooks carry and analytics count."""
+
+    id: str
+    type: str
+    created_at: int
+    data: dict[str, Any]
+    source: str = "facilitator"
+    chain_key: str | None = None
+    provider_id: str | None = None
+    plan: str | None = None
+    subscription: str | None = None
+    mode: str | None = None
+    amount: int | None = None
+    seq: int | None = None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The webhook body and the API's representation."""
+        return {"id": self.id, "type": self.type, "created": self.created_at, "data": self.data}
+
+
+class Events(Part):
+    async def add(self, event: Event) -> bool:
+        """Records `event` and queues its webhook deliveries, atomically. False when a chain
+        event with the same chain_key was recorded before (re-indexing is harmless)."""
+        async with self.engine.begin() as conn:
+            return await self.write(conn, [event]) == 1
+
+    async def add_many(self, batch: Sequence[Event]) -> int:
+        """`add` for several, in one transaction; returns how many were new."""
+        if not batch:
+            return 0
+        async with self.engine.begin() as conn:
+            return await self.write(conn, batch)
+
+    async def write(self, conn: AsyncConnection, batch: Sequence[Event]) -> int:
+        """`add_many` inside the caller's transaction `conn` (a settlement records its event
+        in the transaction that marks it settled). Attributes each event to its plan and
+        provider (cached across the batch), inserts the new ones in one statement and their
+        webhook deliveries in another."""
+        seen: dict[tuple[str, str], Any] = {}
+
+        async def lookup(kind: str, key: str, query: Any) -> Any:
+            if (kind, key) not in seen:
+                seen[kind, key] = await conn.scalar(query)
+            return seen[kind, key]
+
+        rows: list[dict[str, Any]] = []
+        for event in batch:
+            provider_id, plan = event.provider_id, event.plan
+            if plan is None and event.subscription is not None:  # e.g. AllowanceDeducted
+                plan = await lookup(
+                    "plan",
+                    event.subscription,
+                    sa.select(events.c.plan)
+                    .where(
+                        (events.c.subscription == event.subscription) & events.c.plan.isnot(None)
+                    )
+                    .limit(1),
+                )
+            if provider_id is None:
+                for address in (plan, event.data.get("payTo")):
+                    if isinstance(address, str):
+                        provider_id = await lookup(
+                            "owner",
+                            address,
+                            sa.select(provider_resources.c.provider_id).where(
+                                provider_resources.c.address == address
+                            ),
+                        )
+                        if provider_id:
+                            break
+            rows.append(
+                {
+                    "id": event.id,
+                    "type": event.type,
+                    "created_at": event.created_at,
+                    "source": event.source,
+                    "chain_key": event.chain_key,
+                    "provider_id": provider_id,
+                    "plan": plan,
+                    "subscription": event.subscription,
+                    "mode": event.mode,
+                    "amount": event.amount,
+                    "data": json.dumps(event.data, separators=(",", ":")),
+                }
+            )
+        # RETURNING names the rows actually inserted (rowcount is unreliable with RETURNING
+        # on PostgreSQL, and a conflicting chain_key inserts nothing).
+        res = await conn.execute(
+            self._insert(events).values(rows).on_conflict_do_nothing().returning(events.c.id)
+        )
+        new = {r.id for r in res}
+        await queue_deliveries(conn, [row for row in rows if row["id"] in new])
+        return len(new)
+
+    async def read(
+        self, provider_id: str | None, *, after_seq: int = 0, limit: int = 100
+    ) -> list[Event]:
+        """Events after `after_seq` in order (all providers' when `provider_id` is None)."""
+        q = sa.select(events).where(events.c.seq > after_seq).order_by(events.c.seq).limit(limit)
+        if provider_id is not None:
+            q = q.where(events.c.provider_id == provider_id)
+        async with self.engine.connect() as conn:
+            return [_event(r._mapping) for r in await conn.execute(q)]
+
+
+def _event(m: Any) -> Event:
+    return Event(
+        id=m["id"],
+        type=m["type"],
+        created_at=m["created_at"],
+        data=json.loads(m["data"]),
+        source=m["source"],
+        chain_key=m["chain_key"],
+        provider_id=m["provider_id"],
+        plan=m["plan"],
+        subscription=m["subscription"],
+        mode=m["mode"],
+        amount=int(m["amount"]) if m["amount"] is not None else None,
+        seq=m["seq"],
+    )

@@ -167,6 +167,8 @@ class Request:
             return await self.http.request(
                 self.method, args.target, content=self.content, headers=self.headers, auth=auth
             )
+        except SpendingLimitExceeded:
+            raise  # the caller says which --max-amount it was
         except InsufficientFunds as e:
             raise PaymentDeclined(
                 f"InsufficientFunds: {e}: top up the token balance of {auth.owner.pubkey()}"

@@ -415,3 +415,22 @@ async def test_build_payment_sets_a_price_and_svcpay_still_settles_it(
 
     assert reply.status_code == 200, reply.text
     assert market.balances() == (before[0] - PRICE, before[1] + PRICE)
+
+
+@pytest.mark.anyio
+async def test_payment_auth_pays_in_a_token_2022_mint(
+    market: Market, rpc: AsyncClient, serving: Callable[[Shop], str]
+) -> None:
+    chain = market.chain
+    mint = token_2022_mint(chain, decimals=9)
+    buyer_account = token_2022_account(chain, market.buyer.pubkey(), mint, 10**9)
+    seller_account = token_2022_account(chain, market.seller, mint)
+    shop = Shop(chain.url, market.fee_payer, mint, market.seller, 10**8)
+    url = serving(shop)
+
+    async with httpx.AsyncClient(auth=auth_for(market, rpc, max_per_request=10**8)) as http:
+        reply = await http.get(f"{url}/paid", timeout=60)
+
+    assert reply.status_code == 200, reply.text
+    state = chain.token_state
+    assert (state(buyer_account)["amount"], state(seller_account)["amount"]) == (9 * 10**8, 10**8)

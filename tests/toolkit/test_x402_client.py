@@ -434,3 +434,20 @@ async def test_payment_auth_pays_in_a_token_2022_mint(
     assert reply.status_code == 200, reply.text
     state = chain.token_state
     assert (state(buyer_account)["amount"], state(seller_account)["amount"]) == (9 * 10**8, 10**8)
+
+
+@pytest.mark.anyio
+async def test_terms_it_cannot_pay_raise_and_spend_nothing_of_the_budget(
+    market: Market, rpc: AsyncClient, serving: Callable[[Shop], str]
+) -> None:
+    # A server naming the buyer itself as fee payer would have it sign the whole transaction.
+    rogue = Shop(market.chain.url, market.buyer, market.mint, market.seller, PRICE)
+    honest = market.shop()
+    auth = auth_for(market, rpc, max_per_period=PRICE)
+    before = market.balances()
+
+    async with httpx.AsyncClient(auth=auth, timeout=60) as http:
+        with pytest.raises(PaymentError, match="cannot pay the server's x402 terms"):
+            await http.get(f"{serving(rogue)}/paid")
+        assert rogue.payments == 0 and market.balances() == before
+        assert (await http.get(f"{serving(honest)}/paid")).status_code == 200  # budget intact

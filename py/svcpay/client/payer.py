@@ -136,7 +136,9 @@ class PaymentAuth(httpx.Auth):
     def _allowed(self, token: str) -> bool:
         return self.allowed_tokens is None or token in self.allowed_tokens
 
-    def _reserve(self, amount: int) -> None:
+    def _reserve(self, amount: int) -> tuple[float, int]:
+        """Counts `amount` as spent (SpendingLimitExceeded if that passes a limit); returns
+        the entry, for `_release` when nothing was paid after all."""
         if amount > self.max_per_request:
             raise SpendingLimitExceeded(
                 f"{amount} base units is above the per-request limit {self.max_per_request}"
@@ -151,7 +153,13 @@ class PaymentAuth(httpx.Auth):
             raise SpendingLimitExceeded(
                 f"paying {amount} would pass the limit {self.max_per_period} per period"
             )
-        self._spent.append((now, amount))
+        entry = (now, amount)
+        self._spent.append(entry)
+        return entry
+
+    def _release(self, entry: tuple[float, int]) -> None:
+        if entry in self._spent:
+            self._spent.remove(entry)
 
     def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response]:
         """The same flow for `httpx.Client`: each step of `_flow` runs on this auth's private
@@ -357,10 +365,11 @@ class PaymentAuth(httpx.Auth):
             )
         # The server's first choice within the per-request limit (else the first, refused).
         option = next((o for o in allowed if x402.amount_of(o) <= self.max_per_request), allowed[0])
-        self._reserve(x402.amount_of(option))
+        entry = self._reserve(x402.amount_of(option))
         try:
             payload = await self.x402.payload(option, required, payment_id=_payment_id())
         except x402.CannotPay as e:
+            self._release(entry)  # nothing was signed
             raise PaymentError(f"cannot pay the server's x402 terms: {e}") from e
         return x402.payment_header(payload)
 

@@ -1,9 +1,12 @@
-"""`svcpay pay URL` over real HTTP: a gate (one-time and subscription routes) and the
-facilitator served by uvicorn, payments settled on the local validator."""
+"""`svcpay pay URL` over real HTTP: a gate (one-time and subscription routes), the example
+resource server and an x402 server, with the facilitator served by uvicorn, payments
+settled on the local validator. The URL and a keypair are all the command needs."""
 
 from __future__ import annotations
 
+import io
 import os
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -18,18 +21,21 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
+from svcpay.examples.resource_server import Settings, create_app
 from svcpay.gate import OneTime, Subscription, payment_gate
 from svcpay.gate.chain import ChainSubscriptions
 from svcpay.gate.pricing import Terms
+from svcpay.keys import save_keypair
 from svcpay.localnet.process import Localnet
 from svcpay.program import pda
 from svcpay.program.client import BillingClient
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.replay import MemoryReplayStore
 from tests.cli.conftest import Cli, free_port, keyfile, serve
-from tests.support.billing import DAY, USDC, create_plan_ix
+from tests.support.billing import DAY, USDC, Billing, create_plan_ix
 from tests.support.chain import Chain
 from tests.support.facilitator import in_process_facilitator, proxy
+from tests.support.x402_shop import Shop
 
 PRICE = USDC // 2
 PLAN_PRICE = 3 * USDC
@@ -154,8 +160,8 @@ def test_a_subscription_is_created_once_then_used(cli: Cli, world: World, tmp_pa
     key, kp, account = world.wallet(tmp_path)
     url = f"{world.api}/v1/resource"
 
-    refused = cli("pay", url, "--keypair", key)
-    assert refused.code == 4 and "--subscribe" in refused.err
+    refused = cli("pay", url, "--max-amount", "3", "--keypair", key)  # no terminal to ask
+    assert refused.code == 4 and "--yes" in refused.err
     too_dear = cli("pay", url, "--subscribe", "--keypair", key)  # default limit: 1 token
     assert too_dear.code == 4 and "SpendingLimitExceeded" in too_dear.err
 
@@ -185,9 +191,6 @@ def test_payment_problems_are_reported_in_one_line(cli: Cli, world: World, tmp_p
     assert unreachable.code == 1
     assert unreachable.err.startswith(f"svcpay: cannot reach {nowhere}/v1/data at {nowhere}")
 
-    no_facilitator = cli("pay", f"{world.api}/v1/data", "--keypair", key)
-    assert no_facilitator.code == 2 and "--facilitator" in no_facilitator.err
-
     dead_facilitator = cli("pay", f"{world.api}/v1/data", "--facilitator", nowhere,
                            "--keypair", key)  # fmt: skip
     assert dead_facilitator.code == 1
@@ -195,3 +198,153 @@ def test_payment_problems_are_reported_in_one_line(cli: Cli, world: World, tmp_p
 
     no_key = cli("pay", f"{world.api}/v1/data", "--keypair", str(tmp_path / "none.json"))
     assert no_key.code == 2 and "svcpay keys create" in no_key.err
+
+
+class Terminal(io.StringIO):
+    """stdin as a person at a terminal types it."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_terms_name_the_facilitator(cli: Cli, world: World, tmp_path: Path) -> None:
+    key, _, account = world.wallet(tmp_path)
+    paid = cli.ok("pay", f"{world.api}/v1/data", "--keypair", key)  # no --facilitator
+    assert paid["status"] == 200 and paid["payment"]["kind"] == "one-time"
+    assert paid["payment"]["facilitator"] and world.balance(account) == 5 * USDC - PRICE
+
+
+def test_subscribing_asks_first_on_a_terminal(
+    cli: Cli, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key, kp, account = world.wallet(tmp_path)
+    url = f"{world.api}/v1/resource"
+
+    monkeypatch.setattr(sys, "stdin", Terminal("n\n"))
+    declined = cli("pay", url, "--max-amount", "3", "--keypair", key)
+    assert declined.code == 4 and "Subscribe to plan" in declined.err.splitlines()[0]
+    assert world.balance(account) == 5 * USDC
+
+    monkeypatch.setattr(sys, "stdin", Terminal("y\n"))
+    subscribed = cli("pay", url, "--max-amount", "3", "--keypair", key)
+    assert subscribed.code == 0, subscribed.err
+    sub_id = str(pda.subscription_address(world.plan, kp.pubkey()))
+    assert f"subscribed: new subscription {sub_id}" in subscribed.out
+    assert world.balance(account) == 5 * USDC - PLAN_PRICE
+
+
+# -- the example resource server, with nothing but a keypair and its URL --------------------
+@dataclass
+class Example:
+    api: str
+    chain: Chain
+    mint: Pubkey
+    destination: Pubkey
+    plan: Pubkey
+
+
+@pytest.fixture(scope="module")
+def example(validator: Localnet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Example]:
+    """py/svcpay/examples/resource_server.py configured as its docstring says, with a
+    facilitator, both served over HTTP."""
+    chain = Chain(validator.url, validator.can_time_travel)
+    billing = Billing(chain)
+    plan = billing.plan(amount=PLAN_PRICE, period_secs=30 * DAY)
+    metered = billing.plan(amount=USDC, mint=plan.mint)
+    tmp = tmp_path_factory.mktemp("example")
+    authority_file = save_keypair(metered.billing_authority, tmp / "billing-authority.json")
+
+    @asynccontextmanager
+    async def facilitator_app() -> AsyncIterator[ASGIApp]:
+        async with in_process_facilitator(
+            validator.url, chain.funded_keypair(), pay_to=[plan.destination]
+        ) as facilitator:
+            yield proxy(facilitator.http)
+
+    with serve(facilitator_app) as facilitator_url:
+        settings = Settings(
+            facilitator_url=facilitator_url,
+            pay_to=str(plan.destination),
+            mint=str(plan.mint),
+            subscription_plan=str(plan.address),
+            metered_plan=str(metered.address),
+            billing_authority=authority_file,
+            rpc_url=validator.url,
+            state_db=tmp / "state.db",
+        )
+
+        @asynccontextmanager
+        async def api_app() -> AsyncIterator[ASGIApp]:
+            app = create_app(settings)
+            async with app.router.lifespan_context(app):
+                yield app
+
+        with serve(api_app) as api_url:
+            yield Example(api_url, chain, plan.mint, plan.destination, plan.address)
+
+
+def test_the_example_api_is_paid_with_only_a_keypair_and_its_url(
+    cli: Cli, example: Example, tmp_path: Path
+) -> None:
+    kp = example.chain.funded_keypair()
+    account = example.chain.token_account(kp.pubkey(), example.mint, 20 * USDC)
+    key = keyfile(tmp_path, kp)
+    balance = lambda: int(example.chain.token_state(account)["amount"])  # noqa: E731
+
+    data = cli("pay", f"{example.api}/v1/data", "--keypair", key)
+
+    assert data.code == 0, data.err
+    assert data.out.startswith("HTTP 200 OK\npaid 0.50 once (500000 base units of ")
+    assert '"data": "the data"' in data.out and f'"paidBy": "{kp.pubkey()}"' in data.out
+    assert balance() == 20 * USDC - 500_000
+
+    url = f"{example.api}/v1/resource"
+    dear = cli("pay", url, "--yes", "--keypair", key)  # the plan costs 3, the default limit 1
+    assert dear.code == 4 and "SpendingLimitExceeded" in dear.err
+    subscribed = cli.ok("pay", url, "--yes", "--max-amount", "3", "--keypair", key)
+    sub_id = str(pda.subscription_address(example.plan, kp.pubkey()))
+    assert subscribed["payment"] == {"kind": "subscription", "subscription": sub_id, "new": True}
+    assert subscribed["body"] == {"resource": "the resource", "paidBy": sub_id}
+    held = cli.ok("pay", url, "--keypair", key)
+    assert held["payment"] == {"kind": "subscription", "subscription": sub_id, "new": False}
+    assert balance() == 20 * USDC - 500_000 - PLAN_PRICE
+
+
+# -- an x402 server ------------------------------------------------------------------------
+@pytest.mark.parametrize("version", [2, 1])
+def test_an_x402_server_is_paid_and_the_settlement_printed(
+    cli: Cli, world: World, tmp_path: Path, version: int
+) -> None:
+    key, kp, account = world.wallet(tmp_path)
+    seller = Keypair().pubkey()
+    seller_account = world.chain.token_account(seller, world.mint)
+    shop = Shop(world.chain.url, world.chain.funded_keypair(), world.mint, seller, PRICE,
+                version=version)  # fmt: skip
+
+    @asynccontextmanager
+    async def shop_app() -> AsyncIterator[ASGIApp]:
+        yield shop.app()
+
+    with serve(shop_app) as url:
+        low = cli("pay", f"{url}/paid", "--max-amount", "0.49", "--keypair", key)
+        assert low.code == 4 and low.err.startswith("svcpay: SpendingLimitExceeded: ")
+        assert shop.payments == 0
+
+        paid = cli.ok("pay", f"{url}/paid", "--keypair", key)
+
+        shop.refuse = "invalid_exact_svm_payload_amount_insufficient"
+        refused = cli("pay", f"{url}/paid", "--keypair", key)
+
+    assert (paid["status"], paid["body"]) == (200, {"answer": "paid content"})
+    payment = paid["payment"]
+    assert (payment["kind"], payment["x402Version"], payment["amountDecimal"]) == (
+        "x402",
+        version,
+        "0.50",
+    )
+    assert payment["payTo"] == str(seller_account) and payment["token"] == str(world.mint)
+    assert payment["transaction"] == shop.settled[0] and payment["settlement"]["success"]
+    assert refused.code == 4 and "PaymentRefused" in refused.err
+    assert "amount_insufficient" in refused.err
+    assert world.balance(account) == 5 * USDC - PRICE
+    assert world.balance(seller_account) == PRICE

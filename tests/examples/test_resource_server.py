@@ -33,7 +33,7 @@ from svcpay.keys import save_keypair
 from svcpay.localnet.process import Localnet
 from svcpay.program import pda
 from svcpay.program.client import BillingClient
-from svcpay.protocol.models import PaymentRequired
+from svcpay.protocol.models import PaymentRequired, SvcExtension
 from svcpay.schemes.x402_exact.wire import decode_json
 from tests.support.billing import DAY, USDC, Billing, Plan, Subscriber
 from tests.support.chain import Chain
@@ -116,7 +116,7 @@ async def test_data_costs_050_usdc_per_request(
         "500000",
         provider.settings.mint,
         provider.settings.pay_to,
-        None,
+        SvcExtension(facilitator=FACILITATOR_URL),  # where to pay: the URL is all a client needs
     )
     assert option.memo and DATA_PRICE == 500_000
     x402 = decode_json(unpaid.headers["PAYMENT-REQUIRED"])  # x402 is on by default

@@ -26,9 +26,6 @@ from tests.support.chain import Chain
 
 PRICE = 1_000  # base units of a 6-decimal mint: 0.001
 DATA_PRICE = 500_000  # the example API's GET /v1/data
-# TEMPORARY: the x402 gate, facilitator and client are being built on other branches; remove
-# these markers when they are merged (strict: a flow that starts passing fails here until then).
-AWAITS_CLIENT = pytest.mark.xfail(strict=True, reason="awaits the x402-client merge")
 
 
 def balances(chain: Chain, market: Market) -> tuple[int, int]:
@@ -115,7 +112,6 @@ def test_the_sdk_server_settles_through_the_svcpay_facilitator(
     assert balances(chain, market) == (before[0] - PRICE, before[1] + PRICE)
 
 
-@AWAITS_CLIENT
 @pytest.mark.anyio
 async def test_payment_auth_pays_the_sdk_server(
     sdk: Sdk, market: Market, chain: Chain, validator: Localnet

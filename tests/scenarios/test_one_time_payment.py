@@ -368,9 +368,13 @@ async def _data(request: Request) -> JSONResponse:
     return JSONResponse({"data": 42})
 
 
-def test_a_synchronous_httpx_client_pays_too(validator: Localnet, chain: Chain) -> None:
+@pytest.mark.parametrize("named", [False, True], ids=["given-facilitator", "named-by-terms"])
+def test_a_synchronous_httpx_client_pays_too(
+    validator: Localnet, chain: Chain, named: bool
+) -> None:
     """`PaymentAuth` on `httpx.Client` (no event loop of the caller's): the gate and the
-    facilitator over real HTTP, the payment settled on the validator, the limits kept."""
+    facilitator over real HTTP, the payment settled on the validator, the limits kept.
+    `named`: the auth has no facilitator and pays through the one the gate's terms name."""
     from contextlib import asynccontextmanager
 
     from solana.rpc.commitment import Confirmed
@@ -388,34 +392,41 @@ def test_a_synchronous_httpx_client_pays_too(validator: Localnet, chain: Chain) 
         async with in_process_facilitator(validator.url, fee_payer, pay_to=[destination]) as f:
             yield proxy(f.http)
 
-    @asynccontextmanager
-    async def gate_app() -> AsyncIterator[ASGIApp]:
-        yield payment_gate(
-            Starlette(routes=[Route("/v1/data", _data)]),
-            pricing={"/v1/data": [OneTime(PRICE)]},
-            terms=Terms(pay_to=str(destination), token=str(mint)),
-            memos=Memos(b"sync-memo-secret-0123456789"),
-            trusted_facilitators={str(fee_payer.pubkey())},
-            replay=MemoryReplayStore(),
-        )
+    with serve(facilitator_app) as facilitator_url:
 
-    with serve(facilitator_app) as facilitator_url, serve(gate_app) as api_url:
-        auth = PaymentAuth(
-            wallet,
-            rpc=AsyncClient(validator.url, commitment=Confirmed),
-            facilitator=httpx.AsyncClient(base_url=facilitator_url),
-            max_per_request=USDC,
-            max_per_period=PRICE,
-        )
-        try:
-            with httpx.Client(base_url=api_url, auth=auth) as api:
-                reply = api.get("/v1/data")
-                assert (reply.status_code, reply.json()) == (200, {"data": 42})
-                with pytest.raises(SpendingLimitExceeded):
-                    api.get("/v1/data")
-        finally:
-            auth.run(auth.rpc.close())
-            auth.run(auth.facilitator.aclose())
-            auth.close()
+        @asynccontextmanager
+        async def gate_app() -> AsyncIterator[ASGIApp]:
+            yield payment_gate(
+                Starlette(routes=[Route("/v1/data", _data)]),
+                pricing={"/v1/data": [OneTime(PRICE)]},
+                terms=Terms(
+                    pay_to=str(destination),
+                    token=str(mint),
+                    facilitator=facilitator_url if named else None,
+                ),  # fmt: skip
+                memos=Memos(b"sync-memo-secret-0123456789"),
+                trusted_facilitators={str(fee_payer.pubkey())},
+                replay=MemoryReplayStore(),
+            )
+
+        with serve(gate_app) as api_url:
+            auth = PaymentAuth(
+                wallet,
+                rpc=AsyncClient(validator.url, commitment=Confirmed),
+                facilitator=None if named else httpx.AsyncClient(base_url=facilitator_url),
+                max_per_request=USDC,
+                max_per_period=PRICE,
+            )
+            try:
+                with httpx.Client(base_url=api_url, auth=auth) as api:
+                    reply = api.get("/v1/data")
+                    assert (reply.status_code, reply.json()) == (200, {"data": 42})
+                    with pytest.raises(SpendingLimitExceeded):
+                        api.get("/v1/data")
+            finally:
+                auth.run(auth.rpc.close())
+                if auth.facilitator is not None:
+                    auth.run(auth.facilitator.aclose())
+                auth.close()
     assert chain.token_state(wallet_token)["amount"] == 2 * USDC - PRICE  # type: ignore[arg-type]
     assert chain.token_state(destination)["amount"] == PRICE  # type: ignore[arg-type]

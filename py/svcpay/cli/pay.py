@@ -1,9 +1,12 @@
 """`svcpay pay URL`: fetch a gated URL, paying (or using a subscription) as the 402 asks.
 
-The request is sent once unpaid; on a 402 with svcpay terms the command looks up what it
-needs (held subscriptions, the token's decimals, the facilitator) and sends it again with
-`PaymentAuth`, which pays within --max-amount: with an ACTIVE subscription you hold to an
-offered plan, by subscribing with --subscribe, or once through the facilitator.
+The request is sent once unpaid. On a 402 with svcpay terms the command looks up what it
+needs (held subscriptions, the token's decimals, the facilitator the terms name) and sends
+it again with `PaymentAuth`, which pays within --max-amount: with an ACTIVE subscription
+you hold to an offered plan, by subscribing (after a confirmation, or with --yes or
+--subscribe), or once through the facilitator. On an x402 402 (`PAYMENT-REQUIRED`, or a v1
+body) the same `PaymentAuth` pays the server's `exact` price on Solana and the server
+settles it. A keypair and the URL are all it needs.
 """
 
 from __future__ import annotations
@@ -22,12 +25,14 @@ from solders.pubkey import Pubkey
 
 from svcpay.cli._common import (
     CliError,
+    NotFound,
     PaymentDeclined,
     Subparsers,
     UsageError,
     amount_arg,
     command,
     emit,
+    format_duration,
     format_units,
     load_signer,
     mint_decimals,
@@ -40,13 +45,16 @@ from svcpay.client import (
     PaymentAuth,
     PaymentError,
     SpendingLimitExceeded,
+    settlement,
 )
 from svcpay.program import pda
 from svcpay.program.client import BillingClient
 from svcpay.program.errors import ProgramError
 from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
-from svcpay.protocol.models import PaymentRequired, ProtocolError
+from svcpay.protocol.models import PaymentOption, PaymentRequired, ProtocolError
 from svcpay.protocol.proof import parse_payment_proof
+from svcpay.schemes.x402_exact import client as x402
+from svcpay.schemes.x402_exact.wire import CAIP2, PaymentPayloadV1
 
 DEFAULT_MAX = "1"
 
@@ -109,30 +117,88 @@ async def _pay(args: argparse.Namespace) -> int:
             raise UsageError(f"not a URL: {args.target!r} ({e})") from None
         if first.status_code != 402:
             return _report(args, method, first, None)
+        request = Request(args, method, content, headers, http)
         try:
-            terms = PaymentRequired.parse(first.content)
+            terms: PaymentRequired | None = PaymentRequired.parse(first.content)
         except ProtocolError as e:
+            terms, why = None, e.reason
+        try:
+            required = x402.payment_required(first)
+        except ProtocolError as e:
+            required, why = None, f"x402: {e.reason}"
+        if terms is None and required is None:
             raise PaymentDeclined(
-                f"{args.target} answered 402 without usable svcpay terms ({e.reason})"
-            ) from None
+                f"{args.target} answered 402 without usable svcpay or x402 terms ({why})"
+            )
         owner = load_signer(args)
         rpc = AsyncClient(args.url, commitment=Confirmed)
         try:
-            return await _pay_with(args, method, content, headers, http, rpc, owner, terms)
+            if terms is not None:
+                return await _pay_with(request, rpc, owner, terms, required)
+            assert required is not None
+            return await _pay_x402(request, rpc, owner, required)
         finally:
             await rpc.close()
 
 
+class Request:
+    """The request being paid for, as the user gave it."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        method: str,
+        content: bytes | None,
+        headers: dict[str, str],
+        http: httpx.AsyncClient,
+    ) -> None:
+        self.args, self.method, self.content, self.headers, self.http = (
+            args,
+            method,
+            content,
+            headers,
+            http,
+        )
+
+    async def send(self, auth: PaymentAuth, facilitator: httpx.URL | None = None) -> httpx.Response:
+        """The request again, with `auth` paying; its failures as one-line CLI errors."""
+        args = self.args
+        try:
+            return await self.http.request(
+                self.method, args.target, content=self.content, headers=self.headers, auth=auth
+            )
+        except SpendingLimitExceeded:
+            raise  # the caller says which --max-amount it was
+        except InsufficientFunds as e:
+            raise PaymentDeclined(
+                f"InsufficientFunds: {e}: top up the token balance of {auth.owner.pubkey()}"
+            ) from None
+        except PaymentError as e:
+            raise PaymentDeclined(f"{type(e).__name__}: {e}") from None
+        except ProgramError as e:
+            raise PaymentDeclined(program_error_line(e)) from None
+        except httpx.TransportError as e:
+            host = e.request.url.host if _has_request(e) else None
+            to_facilitator = facilitator is not None and host == facilitator.host
+            raise _unreachable(e, "the facilitator" if to_facilitator else args.target) from None
+
+
+def _over_limit(e: SpendingLimitExceeded, limit: int, decimals: int) -> PaymentDeclined:
+    return PaymentDeclined(
+        f"SpendingLimitExceeded: {e}; nothing was paid: raise --max-amount "
+        f"(now {format_units(limit, decimals)}) to allow it"
+    )
+
+
 async def _pay_with(
-    args: argparse.Namespace,
-    method: str,
-    content: bytes | None,
-    headers: dict[str, str],
-    http: httpx.AsyncClient,
+    request: Request,
     rpc: AsyncClient,
     owner: Keypair,
     terms: PaymentRequired,
+    required: x402.AnyRequired | None,
 ) -> int:
+    """Pays svcpay's terms: a held subscription, a new one (confirmed), or once."""
+    args = request.args
     billing = BillingClient(rpc)
     held: dict[str, str] = {}
     for option in terms.accepts:
@@ -145,22 +211,29 @@ async def _pay_with(
     facilitator = args.facilitator or next(
         (o.svc.facilitator for o in terms.accepts if o.svc and o.svc.facilitator), None
     )
-    if not held and not (args.subscribe and subscribable):
-        if not one_time:
-            plans = ", ".join(str(o.svc.plan_id) for o in subscribable if o.svc)
-            raise PaymentDeclined(
-                f"{args.target} is for subscribers of plan {plans} only: pass --subscribe "
-                f"(the first period is charged now) or run `svcpay subscribe PLAN`"
-            )
-        if facilitator is None:
-            raise UsageError(
-                f"{args.target} asks for a one-time payment but names no facilitator: "
-                f"pass --facilitator URL (or set SVCPAY_FACILITATOR_URL)"
-            )
     decimals = {
         o.token: await mint_decimals(rpc, Pubkey.from_string(o.token)) for o in terms.accepts
     }
-    limit = args.max_amount.to_base(decimals[terms.accepts[0].token])
+    first_token = terms.accepts[0].token
+    limit = args.max_amount.to_base(decimals[first_token])
+    subscribe = False
+    if not held and subscribable and (args.subscribe or not one_time):
+        option = subscribable[0]
+        if option.amount_units > limit:
+            raise PaymentDeclined(
+                f"SpendingLimitExceeded: subscribing costs {option.amount_units} base units "
+                f"now, above the limit {limit}; nothing was paid: raise --max-amount (now "
+                f"{format_units(limit, decimals[first_token])}) to allow it"
+            )
+        _confirm_subscription(args, option, decimals[option.token])
+        subscribe = True
+    elif not held and facilitator is None:
+        if required is not None:  # the gate speaks x402 too: pay that way, no facilitator
+            return await _pay_x402(request, rpc, owner, required)
+        raise UsageError(
+            f"{args.target} asks for a one-time payment but names no facilitator: "
+            f"pass --facilitator URL (or set SVCPAY_FACILITATOR_URL)"
+        )
     async with httpx.AsyncClient(
         base_url=facilitator or "http://facilitator.invalid", timeout=args.timeout
     ) as fac:
@@ -170,30 +243,83 @@ async def _pay_with(
             facilitator=fac,
             max_per_request=limit,
             subscriptions=held,
-            billing=billing if args.subscribe else None,
+            billing=billing if subscribe else None,
         )
         try:
-            response = await http.request(
-                method, args.target, content=content, headers=headers, auth=auth
-            )
+            response = await request.send(auth, fac.base_url)
         except SpendingLimitExceeded as e:
-            raise PaymentDeclined(
-                f"SpendingLimitExceeded: {e}; nothing was paid: raise --max-amount "
-                f"(now {format_units(limit, decimals[terms.accepts[0].token])}) to allow it"
-            ) from None
-        except InsufficientFunds as e:
-            raise PaymentDeclined(
-                f"InsufficientFunds: {e}: top up the token balance of {owner.pubkey()}"
-            ) from None
-        except PaymentError as e:
-            raise PaymentDeclined(f"{type(e).__name__}: {e}") from None
-        except ProgramError as e:
-            raise PaymentDeclined(program_error_line(e)) from None
-        except httpx.TransportError as e:
-            target = e.request.url if _has_request(e) else None
-            what = "the facilitator" if target and target.host == fac.base_url.host else args.target
-            raise _unreachable(e, what) from None
-    return _report(args, method, response, _payment(response, held, decimals))
+            raise _over_limit(e, limit, decimals[first_token]) from None
+    return _report(args, request.method, response, _payment(response, held, decimals))
+
+
+def _confirm_subscription(args: argparse.Namespace, option: PaymentOption, decimals: int) -> None:
+    """Subscribing charges a period now: asks on a terminal, unless --yes or --subscribe
+    said so already; declines otherwise."""
+    assert option.svc is not None
+    plan, every = option.svc.plan_id, format_duration(option.svc.interval or 0)
+    what = f"{format_units(option.amount_units, decimals)} of {option.token} every {every}"
+    if args.yes or args.subscribe:
+        return
+    if sys.stdin is not None and sys.stdin.isatty():
+        print(f"Subscribe to plan {plan} ({what}, the first period charged now)? [y/N] ",
+              end="", file=sys.stderr, flush=True)  # fmt: skip
+        if sys.stdin.readline().strip().lower() in ("y", "yes"):
+            return
+        raise PaymentDeclined("not subscribing; nothing was paid")
+    raise PaymentDeclined(
+        f"{args.target} is for subscribers of plan {plan} ({what}): pass --yes (or "
+        f"--subscribe) to subscribe, charging the first period now, or run `svcpay "
+        f"subscribe PLAN`"
+    )
+
+
+async def _pay_x402(
+    request: Request, rpc: AsyncClient, owner: Keypair, required: x402.AnyRequired
+) -> int:
+    """Pays an x402 server's `exact` price on Solana; the server settles it."""
+    args = request.args
+    options = x402.solana_options(required, CAIP2)
+    if not options:
+        offered = ", ".join(sorted({f"{o.scheme} on {o.network}" for o in required.accepts}))
+        raise PaymentDeclined(
+            f"{args.target} offers no x402 exact payment on Solana (it offers {offered})"
+        )
+    asset = options[0].asset  # --max-amount is in its units: pay in it only
+    try:
+        mint = await x402.read_mint(rpc, Pubkey.from_string(asset))
+    except x402.CannotPay as e:
+        raise NotFound(f"{e}: check --url") from None
+    limit = args.max_amount.to_base(mint.decimals)
+    auth = PaymentAuth(owner, rpc=rpc, max_per_request=limit, allowed_tokens={asset})
+    try:
+        response = await request.send(auth)
+    except SpendingLimitExceeded as e:
+        raise _over_limit(e, limit, mint.decimals) from None
+    return _report(args, request.method, response, _x402_payment(response))
+
+
+def _x402_payment(response: httpx.Response) -> dict[str, Any] | None:
+    """What was paid with x402 for the request that got `response`."""
+    payload = x402.payment_in(response.request.headers)
+    if payload is None:
+        return None
+    paid = x402.transfer_in(payload)
+    try:
+        settled = settlement(response)
+    except ProtocolError:
+        settled = None
+    network = payload.network if isinstance(payload, PaymentPayloadV1) else payload.accepted.network
+    return {
+        "kind": "x402",
+        "x402Version": payload.x402_version,
+        "network": network,
+        "amount": paid.amount,
+        "amountDecimal": format_units(paid.amount, paid.decimals),
+        "token": str(paid.mint),
+        "payTo": str(paid.destination),
+        "transaction": settled.transaction if settled else None,
+        "settlement": settled.to_json_dict() if settled else None,
+    }
 
 
 def _has_request(e: httpx.TransportError) -> bool:
@@ -209,6 +335,8 @@ def _payment(
 ) -> dict[str, Any] | None:
     """What was paid for the request that got `response`."""
     request = response.request
+    if x402.payment_in(request.headers) is not None:
+        return _x402_payment(response)
     if X_PAYMENT in request.headers:
         proof = parse_payment_proof(request.headers[X_PAYMENT])
         return {
@@ -229,9 +357,10 @@ def _payment(
 def _payment_line(payment: dict[str, Any] | None) -> str:
     if payment is None:
         return "no payment"
-    if payment["kind"] == "one-time":
+    if payment["kind"] in ("one-time", "x402"):
+        how = "once" if payment["kind"] == "one-time" else f"with x402 v{payment['x402Version']}"
         return (
-            f"paid {payment['amountDecimal']} once ({payment['amount']} base units of "
+            f"paid {payment['amountDecimal']} {how} ({payment['amount']} base units of "
             f"{payment['token']} to {payment['payTo']}), transaction {payment['transaction']}"
         )
     how = "subscribed: new subscription" if payment["new"] else "used subscription"
@@ -276,14 +405,16 @@ def register(subparsers: Subparsers) -> None:
         "pay",
         pay,
         help="fetch a gated URL, paying on 402",
-        description="Requests URL; when it answers 402 with svcpay terms, pays within "
+        description="Requests URL; when it answers 402 with svcpay or x402 terms, pays within "
         "--max-amount and requests it again, then prints the status, the payment made and "
-        "the body. An ACTIVE subscription of --keypair to an offered plan is used first; "
-        "--subscribe allows subscribing; otherwise it pays once through the facilitator "
-        "(--facilitator, or the one the terms name) from --keypair's associated token "
-        "account. Exit 4 if the payment is declined or still required.",
-        epilog="example:\n  svcpay pay http://localhost:8000/v1/data --max-amount 0.50 \\\n"
-        "      --facilitator http://localhost:8001",
+        "the body. svcpay terms: an ACTIVE subscription of --keypair to an offered plan is "
+        "used first; a route for subscribers only offers to subscribe (asking first, unless "
+        "--yes); --subscribe prefers subscribing to a one-time price; otherwise it pays once "
+        "through the facilitator the terms name (or --facilitator). x402 terms: it pays the "
+        "`exact` price on Solana and the server settles it. Payments come from --keypair's "
+        "associated token account. Exit 4 if the payment is declined or still required.",
+        epilog="examples:\n  svcpay pay http://localhost:8000/v1/data --max-amount 0.50\n"
+        "  svcpay pay http://localhost:8000/v1/resource --max-amount 10 --yes",
     )
     p.add_argument("target", metavar="URL", help="the gated resource")
     p.add_argument(
@@ -321,7 +452,14 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument(
         "--subscribe",
         action="store_true",
-        help="subscribe to an offered plan if you hold no subscription (charges a period)",
+        help="subscribe to an offered plan if you hold no subscription, even where a "
+        "one-time price is offered (charges a period, without asking)",
+    )
+    p.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help="subscribe without asking where the URL is for subscribers only",
     )
     p.add_argument(
         "--timeout", type=float, default=60.0, metavar="SECS", help="HTTP timeout (default: 60)"

@@ -1,4 +1,5 @@
-"""The paying client: `PaymentAuth` for httpx and `pay()`."""
+"""The paying client: `PaymentAuth` for httpx and `pay()`; `settlement(response)` reads an
+x402 server's report of the payment it settled."""
 
 from svcpay.client.payer import (
     InsufficientFunds,
@@ -6,10 +7,12 @@ from svcpay.client.payer import (
     NoAcceptableOption,
     PaymentAuth,
     PaymentError,
+    PaymentRefused,
     SpendingLimitExceeded,
     build_payment,
     pay,
 )
+from svcpay.schemes.x402_exact.client import settlement
 
 __all__ = [
     "InsufficientFunds",
@@ -17,7 +20,9 @@ __all__ = [
     "NoAcceptableOption",
     "PaymentAuth",
     "PaymentError",
+    "PaymentRefused",
     "SpendingLimitExceeded",
     "build_payment",
     "pay",
+    "settlement",
 ]

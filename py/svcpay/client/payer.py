@@ -1,10 +1,18 @@
 """The paying client: an httpx `Auth` that answers 402 by paying, and `pay()` for one call.
 
 Like httpx's Digest auth, the flow is `response = yield request`: a 402 is a 401 with money.
-It prefers a subscription when the terms offer one and the client holds (or may create) a
-subscription to that plan; otherwise it pays once: builds the transfer, signs it as token
-authority (the facilitator pays the fee), gets the proof from `POST /authorize`, and retries
-with `X-PAYMENT`. Spending limits are checked before any money moves.
+It speaks two dialects, under the same spending limits (checked before any money moves):
+
+- svcpay's own 402 body (preferred when present: it also offers subscriptions). It prefers
+  a subscription when the terms offer one and the client holds (or may create) a
+  subscription to that plan; otherwise it pays once: builds the transfer, signs it as token
+  authority (the facilitator pays the fee), gets the proof from `POST /authorize` of the
+  configured facilitator (or the one the terms name), and retries with `X-PAYMENT`.
+- x402 (a `PAYMENT-REQUIRED` header, v2, or a body with `x402Version: 1`): it picks an
+  `exact` option on a Solana network it pays on, signs the transfer to ATA(payTo) and
+  retries with `PAYMENT-SIGNATURE` (v2) or `X-PAYMENT` (v1); the server settles it, so no
+  facilitator is called. `settlement(response)` reads the server's `PAYMENT-RESPONSE`; a
+  402 to the paid request raises `PaymentRefused` with the server's reason.
 
 It works with `httpx.AsyncClient` and `httpx.Client` alike: the logic is one async generator
 (`_flow`); the sync flow runs its steps on a private event loop in a daemon thread.
@@ -14,16 +22,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, Awaitable, Generator
+from collections.abc import AsyncGenerator, Awaitable, Collection, Generator
 from typing import TypeVar
 
 import httpx
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
-from solders.compute_budget import set_compute_unit_limit
+from solders.compute_budget import set_compute_unit_limit, set_compute_unit_price
 from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.message import MessageV0, to_bytes_versioned
@@ -38,9 +47,14 @@ from svcpay.program.client import BillingClient
 from svcpay.program.generated.types.subscription_status import Active
 from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
 from svcpay.protocol.models import PaymentOption, PaymentRequired, ProtocolError
+from svcpay.schemes.x402_exact import client as x402
+from svcpay.schemes.x402_exact.wire import CAIP2, svcpay_network
 
 T = TypeVar("T")
 MEMO_PROGRAM = Pubkey.from_string("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr")
+# build_payment's priority fee: x402 facilitators require a price instruction, svcpay's
+# /authorize accepts one (at most 1,000,000); 1 micro-lamport a unit adds under 1 lamport.
+COMPUTE_UNIT_PRICE = 1
 
 
 class PaymentError(Exception):
@@ -60,7 +74,16 @@ class SpendingLimitExceeded(PaymentError):
 
 
 class NoAcceptableOption(PaymentError):
-    """The 402 offers nothing this client can pay (network, scheme or subscription only)."""
+    """The 402 offers nothing this client can pay (network, scheme, token, subscription
+    only, or no facilitator to settle through)."""
+
+
+class PaymentRefused(PaymentError):
+    """An x402 server answered the paid request with 402 again; `reason` is what it said."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the server refused the payment: {reason}")
+        self.reason = reason
 
 
 class PaymentAuth(httpx.Auth):
@@ -71,16 +94,30 @@ class PaymentAuth(httpx.Auth):
         owner: Keypair,
         *,
         rpc: AsyncClient,
-        facilitator: httpx.AsyncClient,
         max_per_request: int,
+        facilitator: httpx.AsyncClient | None = None,
         max_per_period: int | None = None,
         period_secs: int = 86_400,
         subscriptions: dict[str, str] | None = None,
         billing: BillingClient | None = None,
         retries: int = 2,
+        networks: Collection[str] | None = None,
+        allowed_tokens: Collection[str] | None = None,
     ) -> None:
-        """`subscriptions` maps planId -> subscription id the client holds; with `billing`,
-        the client may also subscribe (the first period counts against the limits)."""
+        """Args:
+        owner: the wallet that pays (token authority of its associated token accounts).
+        rpc: the cluster the wallet pays on.
+        max_per_request: most base units one payment (or one subscription's first period)
+            may cost; max_per_period / period_secs: most in all within a sliding window.
+        facilitator: svcpay's facilitator for one-time svcpay payments; None: the one the
+            402's terms name (`svc.facilitator`). x402 payments never use it.
+        subscriptions: planId -> subscription id the client holds; with `billing`, the
+            client may also subscribe (the first period counts against the limits).
+        networks: svcpay network names x402 payments may be made on; None: the cluster
+            `rpc` reaches (by its genesis hash), or any Solana network when that is a local
+            validator, which x402 terms present as mainnet, devnet or testnet.
+        allowed_tokens: mints this client may pay in (None: any).
+        """
         self.owner, self.rpc, self.facilitator = owner, rpc, facilitator
         self.max_per_request, self.max_per_period, self.period_secs = (
             max_per_request,
@@ -89,11 +126,19 @@ class PaymentAuth(httpx.Auth):
         )
         self.subscriptions = dict(subscriptions or {})
         self.billing, self.retries = billing, retries
+        self.networks = None if networks is None else _network_names(networks)
+        self.allowed_tokens = None if allowed_tokens is None else frozenset(allowed_tokens)
+        self.x402 = x402.ExactSvmClient(owner, rpc)
         self._spent: deque[tuple[float, int]] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None  # httpx.Client's flows run here
         self._loop_lock = threading.Lock()
 
-    def _reserve(self, amount: int) -> None:
+    def _allowed(self, token: str) -> bool:
+        return self.allowed_tokens is None or token in self.allowed_tokens
+
+    def _reserve(self, amount: int) -> tuple[float, int]:
+        """Counts `amount` as spent (SpendingLimitExceeded if that passes a limit); returns
+        the entry, for `_release` when nothing was paid after all."""
         if amount > self.max_per_request:
             raise SpendingLimitExceeded(
                 f"{amount} base units is above the per-request limit {self.max_per_request}"
@@ -108,7 +153,13 @@ class PaymentAuth(httpx.Auth):
             raise SpendingLimitExceeded(
                 f"paying {amount} would pass the limit {self.max_per_period} per period"
             )
-        self._spent.append((now, amount))
+        entry = (now, amount)
+        self._spent.append(entry)
+        return entry
+
+    def _release(self, entry: tuple[float, int]) -> None:
+        if entry in self._spent:
+            self._spent.remove(entry)
 
     def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response]:
         """The same flow for `httpx.Client`: each step of `_flow` runs on this auth's private
@@ -170,29 +221,57 @@ class PaymentAuth(httpx.Auth):
         if response.status_code != 402:
             return
         try:
-            terms = PaymentRequired.parse(response.content)
+            terms: PaymentRequired | None = PaymentRequired.parse(response.content)
         except ProtocolError:
-            return  # not our protocol: hand the 402 back unchanged
-        sub_id = await self._subscription_for(terms)
-        if sub_id is not None:
-            request.headers[X_SVC_SUB] = sub_id
-            yield request
-            return
-        option = next((o for o in terms.accepts if not o.is_subscription), None)
-        if option is None:
-            raise NoAcceptableOption(
-                "the server only offers subscriptions this client may not create"
-            )
-        self._reserve(option.amount_units)
-        request.headers[X_PAYMENT] = await self._pay(option)
-        for attempt in range(self.retries + 1):
-            response = yield request
-            rejected = response.status_code == 402 and _error(response) == "InvalidPaymentProof"
-            if not rejected:
+            terms = None
+        try:
+            required = x402.payment_required(response)
+        except ProtocolError as e:
+            if terms is None:
+                raise NoAcceptableOption(f"the server's x402 terms are malformed: {e}") from e
+            required = None
+        if terms is None and required is None:
+            return  # neither svcpay's nor x402's 402: hand it back unchanged
+        if terms is not None:
+            sub_id = await self._subscription_for(terms)
+            if sub_id is not None:
+                request.headers[X_SVC_SUB] = sub_id
+                yield request
                 return
-            if attempt == self.retries:
-                raise InvalidPaymentProof(f"the server rejected the proof: {_message(response)}")
-            await asyncio.sleep(0.2 * 2**attempt)
+            option = self._one_time(terms)
+            if option is not None and (self.facilitator or _named_facilitator(option)):
+                self._reserve(option.amount_units)
+                request.headers[X_PAYMENT] = await self._pay(option)
+                for attempt in range(self.retries + 1):
+                    response = yield request
+                    rejected = (
+                        response.status_code == 402 and _error(response) == "InvalidPaymentProof"
+                    )
+                    if not rejected:
+                        return
+                    if attempt == self.retries:
+                        raise InvalidPaymentProof(
+                            f"the server rejected the proof: {_message(response)}"
+                        )
+                    await asyncio.sleep(0.2 * 2**attempt)
+                return
+            if required is None:
+                if option is None:
+                    raise NoAcceptableOption(
+                        "the server only offers subscriptions this client may not create"
+                        if all(o.is_subscription for o in terms.accepts)
+                        else "the server asks for tokens this client may not pay in"
+                    )
+                raise NoAcceptableOption(
+                    "the server names no facilitator for its one-time price: give "
+                    "PaymentAuth a facilitator"
+                )
+        assert required is not None
+        name, value = await self._pay_x402(required)
+        request.headers[name] = value
+        response = yield request
+        if response.status_code == 402:
+            raise PaymentRefused(x402.refusal_reason(response))
 
     async def _subscription_for(self, terms: PaymentRequired) -> str | None:
         for option in terms.accepts:
@@ -228,17 +307,30 @@ class PaymentAuth(httpx.Auth):
                         )
                     self.subscriptions[plan] = str(address)  # already paid for: use it
                     return str(address)
+                if not self._allowed(str(on_chain.mint)):
+                    continue  # not a token this client may pay in
                 self._reserve(on_chain.amount)
                 sub_id = str(await self.billing.subscribe(plan, self.owner))
                 self.subscriptions[plan] = sub_id
                 return sub_id
         return None
 
-    async def _authorize(self, body: dict[str, object]) -> httpx.Response:
-        return await _post_until_final(self.facilitator, body, SETTLE_PATIENCE_SECS)
+    def _one_time(self, terms: PaymentRequired) -> PaymentOption | None:
+        return next(
+            (o for o in terms.accepts if not o.is_subscription and self._allowed(o.token)), None
+        )
 
     async def _pay(self, option: PaymentOption) -> str:
-        supported = (await self.facilitator.get("/supported")).json()
+        """The proof of paying `option` once, from the facilitator's /authorize."""
+        if self.facilitator is not None:
+            return await self._pay_through(self.facilitator, option)
+        url = _named_facilitator(option)
+        assert url is not None  # _flow pays through a named one only
+        async with httpx.AsyncClient(base_url=url, timeout=60.0) as facilitator:
+            return await self._pay_through(facilitator, option)
+
+    async def _pay_through(self, facilitator: httpx.AsyncClient, option: PaymentOption) -> str:
+        supported = (await facilitator.get("/supported")).json()
         tx = await build_payment(
             self.rpc, self.owner, option, Pubkey.from_string(supported["feePayer"])
         )
@@ -246,7 +338,7 @@ class PaymentAuth(httpx.Auth):
             "signedPayment": base64.b64encode(tx).decode(),
             "paymentRequirements": option.to_json_dict(),
         }
-        reply = await self._authorize(body)
+        reply = await _post_until_final(facilitator, body, SETTLE_PATIENCE_SECS)
         if reply.status_code == 200:
             return base64.b64encode(reply.content).decode()
         if _error(reply) == "InsufficientFunds":
@@ -254,6 +346,60 @@ class PaymentAuth(httpx.Auth):
         raise PaymentError(
             f"the facilitator refused the payment ({reply.status_code}): {_message(reply)}"
         )
+
+    async def _pay_x402(self, required: x402.AnyRequired) -> tuple[str, str]:
+        """The header paying `required` (x402 v2 or v1), within the limits."""
+        networks = await self._x402_networks()
+        usable = x402.solana_options(required, networks)
+        if not usable:
+            offered = ", ".join(sorted({f"{o.scheme} on {o.network}" for o in required.accepts}))
+            raise NoAcceptableOption(
+                f"the server offers no x402 exact payment on {', '.join(sorted(networks))} "
+                f"(it offers {offered or 'nothing'})"
+            )
+        allowed = [o for o in usable if self._allowed(o.asset)]
+        if not allowed:
+            assets = ", ".join(sorted({o.asset for o in usable}))
+            raise NoAcceptableOption(
+                f"the server asks for tokens this client may not pay in: {assets}"
+            )
+        # The server's first choice within the per-request limit (else the first, refused).
+        option = next((o for o in allowed if x402.amount_of(o) <= self.max_per_request), allowed[0])
+        entry = self._reserve(x402.amount_of(option))
+        try:
+            payload = await self.x402.payload(option, required, payment_id=_payment_id())
+        except x402.CannotPay as e:
+            self._release(entry)  # nothing was signed
+            raise PaymentError(f"cannot pay the server's x402 terms: {e}") from e
+        return x402.payment_header(payload)
+
+    async def _x402_networks(self) -> frozenset[str]:
+        if self.networks is None:
+            genesis = str((await self.rpc.get_genesis_hash()).value)
+            known = svcpay_network(f"solana:{genesis[:32]}")
+            self.networks = frozenset([known] if known else CAIP2)
+        return self.networks
+
+
+def _network_names(networks: Collection[str]) -> frozenset[str]:
+    names = set()
+    for n in networks:
+        name = svcpay_network(n)
+        if name is None:
+            raise ValueError(
+                f"{n!r} is not a Solana network x402 knows: use one of {', '.join(CAIP2)}"
+            )
+        names.add(name)
+    return frozenset(names)
+
+
+def _named_facilitator(option: PaymentOption) -> str | None:
+    return option.svc.facilitator if option.svc is not None else None
+
+
+def _payment_id() -> str:
+    """A payment-identifier id (x402's extension), sent when the server declares it."""
+    return "pay_" + os.urandom(16).hex()
 
 
 def _run_forever(loop: asyncio.AbstractEventLoop) -> None:
@@ -300,7 +446,8 @@ async def build_payment(
 ) -> bytes:
     """The transfer of `option` from `owner`'s associated token account, with its memo,
     signed by `owner` as token authority; the fee payer's signature is left for the
-    facilitator."""
+    facilitator. Laid out as x402's `exact` asks (compute-unit limit, price, transfer,
+    memo), so x402 facilitators accept it too."""
     mint = Pubkey.from_string(option.token)
     mint_info = (await rpc.get_account_info(mint, Confirmed)).value
     if mint_info is None:
@@ -317,6 +464,7 @@ async def build_payment(
     )
     ixs = [
         set_compute_unit_limit(50_000),
+        set_compute_unit_price(COMPUTE_UNIT_PRICE),
         transfer_checked(params),
         Instruction(MEMO_PROGRAM, (option.memo or "").encode(), []),
     ]

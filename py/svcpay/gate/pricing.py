@@ -71,7 +71,8 @@ def build_payment_required(
         if isinstance(entry, OneTime):
             amount = str(entry.amount)
             memo = memos.issue(MemoTerms(resource, amount, terms.pay_to, terms.token))
-            svc = None
+            # Named so a client needs nothing but the URL to pay (`svcpay pay URL`).
+            svc = SvcExtension(facilitator=terms.facilitator) if terms.facilitator else None
         else:
             amount, memo = str(entry.amount), None
             svc = SvcExtension(

@@ -13,7 +13,6 @@ database: claims are conditional upserts, so two instances never take the same w
 
 from __future__ import annotations
 
-
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine

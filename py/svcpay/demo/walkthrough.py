@@ -48,6 +48,13 @@ from svcpay.program import instructions, pda
 from svcpay.program.client import BillingClient, Receipt, status_name
 from svcpay.program.generated.accounts.subscription import Subscription
 from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
+from svcpay.schemes.x402_exact import client as x402
+from svcpay.schemes.x402_exact.wire import (
+    PAYMENT_REQUIRED,
+    PAYMENT_RESPONSE,
+    PAYMENT_SIGNATURE,
+    PaymentRequired,
+)
 
 DAY = 86_400
 
@@ -314,6 +321,7 @@ class Walkthrough:
         try:
             await self.register_webhooks()
             await self.one_time()
+            await self.x402()
             sub = await self.subscription()
             await self.renewal(sub)
             await self.metered()
@@ -425,6 +433,48 @@ class Walkthrough:
         expect(
             replay.status_code == 402 and refusal.get("error") == "InvalidPaymentProof",
             f"the replayed proof was not refused: {replay.status_code} {replay.text[:200]}",
+        )
+        await self.webhooks(["payment.settled"])
+
+    async def x402(self) -> None:
+        step(f"1b. x402: an x402 client pays GET /v1/data ({usdc(DATA_PRICE)}, PAYMENT-SIGNATURE)")
+        say("The same 402 also carries x402's terms, in the PAYMENT-REQUIRED header, for agents")
+        say("built on the x402 SDKs (tests/interop runs the PyPI x402 SDK against this server):")
+        unpaid = await self.api.get("/v1/data")
+        required = x402.payment_required(unpaid)
+        expect(
+            unpaid.status_code == 402 and isinstance(required, PaymentRequired),
+            f"the 402 carries no x402 v2 terms: {unpaid.status_code} {unpaid.headers}",
+        )
+        assert isinstance(required, PaymentRequired)
+        say(f"{PAYMENT_REQUIRED} decoded:")
+        show_json(required.to_json_dict())
+        option = required.accepts[0]
+        say("the x402 client signs [SetComputeUnitLimit, SetComputeUnitPrice, TransferChecked to")
+        say("ATA(payTo), Memo(extra.memo)] as token owner, leaves the fee payer's signature to")
+        say("the facilitator, and retries with the payment; it calls no facilitator itself:")
+        before = self.balances()
+        payload = await x402.ExactSvmClient(self.world.client, self.rpc).payload(option, required)
+        name, value = x402.payment_header(payload)
+        expect(name == PAYMENT_SIGNATURE, f"a v2 payment goes in {PAYMENT_SIGNATURE}, not {name}")
+        paid = await self.api.get("/v1/data", headers={name: value})
+        settled = x402.settlement(paid)
+        expect(
+            paid.status_code == 200 and settled is not None and settled.success,
+            f"the x402 payment answered {paid.status_code}: {paid.text[:300]}",
+        )
+        assert settled is not None
+        say("the gate verified it with the facilitator's POST /verify, ran the handler, then")
+        say(f"settled it with POST /settle; {PAYMENT_RESPONSE} decoded:")
+        show_json(settled.to_json_dict())
+        say("the 200 body:")
+        show_json(paid.json())
+        self.show_balances(before, self.balances())
+        say("the same payment again (a replay):")
+        replay = await self.api.get("/v1/data", headers={name: value})
+        say(f"  {replay.status_code} {replay.json().get('error')}: {replay.json().get('message')}")
+        expect(
+            replay.status_code == 402, f"the replayed x402 payment answered {replay.status_code}"
         )
         await self.webhooks(["payment.settled"])
 

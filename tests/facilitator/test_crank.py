@@ -97,7 +97,9 @@ async def test_racing_cranks_charge_each_subscription_once(
         run_once(other, second_payer, plan, now=later),
     )
     await other.close()
-    assert first.renewed + second.renewed == 6 and first.due == second.due == 6
+    # Whether the second crank reads the due list before the first one's collects land is
+    # up to the scheduler; either way each subscription is charged exactly once.
+    assert first.renewed + second.renewed == 6 and max(first.due, second.due) == 6
     for key in subs:
         sub = await client.fetch_subscription(key)
         assert sub is not None and sub.cycles_billed == 2 and sub.total_paid == 2 * USDC

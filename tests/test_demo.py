@@ -55,6 +55,22 @@ def test_the_demo_walks_through_every_flow_and_leaves_nothing_running(
     assert "(it needs none)" in one_time  # the client holds no SOL: the facilitator pays fees
     assert "402 InvalidPaymentProof: the proof was already used" in one_time
 
+    # 1b. x402: the same 402's PAYMENT-REQUIRED, paid with PAYMENT-SIGNATURE, settled by the
+    # gate through the facilitator (PAYMENT-RESPONSE); the replay refused
+    x402 = out[out.index("── 1b.") : out.index("── 2.")]
+    assert (
+        '"x402Version": 2' in x402
+        and '"network": "solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp"' in x402
+    )
+    provider = re.search(r"provider (\w+), payTo \(its USDC account\)", out)
+    assert provider and f'"payTo": "{provider[1]}"' in x402  # the wallet, not its account
+    assert re.search(
+        r"GET /v1/data   \[PAYMENT-SIGNATURE: .*\]\n   ← api  200 OK   \[PAYMENT-RESPONSE: ", x402
+    )
+    assert '"success": true' in x402 and '"paidWith": "x402"' in x402
+    assert "client                  49.50 USDC → 49.00 USDC" in x402
+    assert "402 InvalidPayment: this transaction was already used" in x402
+
     # 2. subscription: the 402 lists the plan; served with X-Svc-Sub
     subscription = out[out.index("── 2.") : out.index("── 3.")]
     assert '"subscriptionScheme": true' in subscription
@@ -82,7 +98,7 @@ def test_the_demo_walks_through_every_flow_and_leaves_nothing_running(
     assert " 0 refused signatures" in out
 
     # 6. analytics and the chart
-    assert "oneTime          0.50 USDC  (1)" in out
+    assert "oneTime          1.00 USDC  (2)" in out  # the svcpay proof and the x402 payment
     # 10 + 1 USDC a period, per 30 days: 11 on monthly plans, far more on 20-second ones
     period, _ = plan_times(backend() == DROP_IN)
     monthly = 11 * 30 * DAY // period

@@ -123,14 +123,16 @@ def wire(name: str) -> dict[str, list[Callable[[Any], Awaitable[None]]]]:
     async def request(req: httpx.Request) -> None:
         extras = [
             f"{h}: {short(v)}"
-            for h in (X_PAYMENT, X_SVC_SUB, "Authorization")
+            for h in (X_PAYMENT, PAYMENT_SIGNATURE, X_SVC_SUB, "Authorization")
             if (v := req.headers.get(h))
         ]
         path = req.url.raw_path.decode()
         say(f"→ {name}  {req.method} {path}" + (f"   [{'; '.join(extras)}]" if extras else ""))
 
     async def response(resp: httpx.Response) -> None:
-        say(f"← {name}  {resp.status_code} {resp.reason_phrase}")
+        extras = [f"{h}: {short(v)}" for h in (PAYMENT_RESPONSE,) if (v := resp.headers.get(h))]
+        line = f"← {name}  {resp.status_code} {resp.reason_phrase}"
+        say(line + (f"   [{'; '.join(extras)}]" if extras else ""))
 
     return {"request": [request], "response": [response]}
 
@@ -447,8 +449,10 @@ class Walkthrough:
             f"the 402 carries no x402 v2 terms: {unpaid.status_code} {unpaid.headers}",
         )
         assert isinstance(required, PaymentRequired)
-        say(f"{PAYMENT_REQUIRED} decoded:")
-        show_json(required.to_json_dict())
+        say(f"{PAYMENT_REQUIRED} decoded (extension schemas left out):")
+        shown = required.to_json_dict()
+        shown["extensions"] = {name: "…" for name in shown.get("extensions", {})}
+        show_json(shown)
         option = required.accepts[0]
         say("the x402 client signs [SetComputeUnitLimit, SetComputeUnitPrice, TransferChecked to")
         say("ATA(payTo), Memo(extra.memo)] as token owner, leaves the fee payer's signature to")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from scripts.bench.gate_rps import InstantFacilitator
 from svcpay.gate import OneTime, Subscription, payment_gate
 from svcpay.gate.pricing import Terms
 from svcpay.protocol.memo import Memos
@@ -47,9 +48,15 @@ app = payment_gate(
         "/paid": [OneTime(500_000)],
         "/sub": [Subscription(env["BENCH_PLAN"], 10_000_000, 2_592_000)],
     },
-    terms=Terms(pay_to=env["BENCH_PAY_TO"], token=env["BENCH_TOKEN"]),
+    terms=Terms(
+        pay_to=env["BENCH_PAY_TO"],
+        token=env["BENCH_TOKEN"],
+        owner=env["BENCH_OWNER"],
+        fee_payer=env["BENCH_FEE_PAYER"],
+    ),  # fmt: skip
     memos=Memos(env["BENCH_SECRET"].encode(), ttl_secs=3600),
     trusted_facilitators={env["BENCH_FACILITATOR"]},
     replay=MemoryReplayStore(),
     subscriptions=WarmSubscriptions(env["BENCH_PLAN"], env["BENCH_SUB"]),
+    x402_facilitator=InstantFacilitator(),  # the gate's own cost of an x402 payment
 )

@@ -1,6 +1,7 @@
 """Requests per second through the gate over HTTP: uvicorn (one worker, pinned to core 0)
-and wrk (pinned to core 1) on loopback, for the four cases of gate_rps.py. Each paid
-request carries a distinct pre-signed proof. Prints numbers; asserts nothing."""
+and wrk (pinned to core 1) on loopback, for the cases of gate_rps.py. Each paid request
+carries a distinct pre-signed svcpay proof or x402 payment (the x402 facilitator answers at
+once: the gate's own cost). Prints numbers; asserts nothing."""
 
 from __future__ import annotations
 
@@ -16,13 +17,19 @@ from pathlib import Path
 
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
+from spl.token.instructions import get_associated_token_address
 
+from scripts.bench.gate_rps import InstantFacilitator, bare_app, x402_headers
+from svcpay.gate import OneTime, payment_gate
+from svcpay.gate.pricing import Terms
 from svcpay.protocol.memo import Memos, MemoTerms
 from svcpay.protocol.proof import PaymentProof
+from svcpay.protocol.replay import MemoryReplayStore
 
 ROOT = Path(__file__).resolve().parents[2]
 SECONDS = 4
 PROOFS = 40_000
+X402_PAYMENTS = 15_000
 
 
 def free_port() -> int:
@@ -53,10 +60,11 @@ def lua_script(path: Path, header: str, values: list[str]) -> None:
 
 def main() -> None:
     facilitator, secret = Keypair(), "bench-memo-secret-0123456789"
-    pay_to, token, plan, sub = (str(Pubkey.new_unique()) for _ in range(4))
-    memo = Memos(secret.encode(), ttl_secs=3600).issue(
-        MemoTerms("GET /paid", "500000", pay_to, token)
-    )
+    owner, mint = Pubkey.new_unique(), Pubkey.new_unique()
+    pay_to, token = str(get_associated_token_address(owner, mint)), str(mint)
+    plan, sub, fee_payer = (str(Pubkey.new_unique()) for _ in range(3))
+    memos = Memos(secret.encode(), ttl_secs=3600)
+    memo = memos.issue(MemoTerms("GET /paid", "500000", pay_to, token))
     now = int(time.time())
     proofs = [
         PaymentProof(
@@ -66,9 +74,18 @@ def main() -> None:
         ).signed_by(facilitator).to_header()
         for i in range(PROOFS)
     ]  # fmt: skip
+    # x402 payments as an x402 client builds them, for the server's terms (same memo secret)
+    terms = Terms(pay_to=pay_to, token=token, owner=str(owner), fee_payer=fee_payer)
+    twin = payment_gate(
+        bare_app, pricing={"/paid": [OneTime(500_000)]}, terms=terms, memos=memos,
+        trusted_facilitators=set(), replay=MemoryReplayStore(),
+        x402_facilitator=InstantFacilitator(),
+    )  # fmt: skip
+    payments = [h.decode() for h in x402_headers(twin, terms, memos, X402_PAYMENTS)]
     port = free_port()
     bench = {"SECRET": secret, "PAY_TO": pay_to, "TOKEN": token, "PLAN": plan, "SUB": sub}
-    bench["FACILITATOR"] = str(facilitator.pubkey())
+    bench |= {"FACILITATOR": str(facilitator.pubkey()), "OWNER": str(owner)}
+    bench["FEE_PAYER"] = fee_payer
     env = dict(os.environ, PYTHONPATH=str(ROOT), **{f"BENCH_{k}": v for k, v in bench.items()})
     server = subprocess.Popen(
         ["taskset", "-c", "0", sys.executable, "-m", "uvicorn", "scripts.bench.gate_app:app",
@@ -80,12 +97,15 @@ def main() -> None:
         base = f"http://127.0.0.1:{port}"
         with tempfile.TemporaryDirectory() as tmp:
             paid, subs = Path(tmp) / "paid.lua", Path(tmp) / "sub.lua"
+            x402 = Path(tmp) / "x402.lua"
             lua_script(paid, "X-PAYMENT", proofs)
+            lua_script(x402, "PAYMENT-SIGNATURE", payments)
             lua_script(subs, "X-Svc-Sub", [sub])
             results = {
                 "bare endpoint": wrk(f"{base}/free", None),
                 "402 path (fresh terms)": wrk(f"{base}/paid", None),
                 "paid, verified offline": wrk(f"{base}/paid", paid),
+                "x402 paid, instant fac.": wrk(f"{base}/paid", x402),
                 "bare + the same headers": wrk(f"{base}/free", paid),
                 "subscription, warm cache": wrk(f"{base}/sub", subs),
             }
@@ -97,6 +117,8 @@ def main() -> None:
         print(f"{name:<26} {rps:>9,.0f} req/s  ({note})")
     ratio = results["paid, verified offline"][0] / results["bare endpoint"][0]
     print(f"paid / bare: {ratio:.2f} (goal: at least 0.50)")
+    x402_ratio = results["x402 paid, instant fac."][0] / results["paid, verified offline"][0]
+    print(f"x402 / svcpay proof: {x402_ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,14 @@ async def handler(request: Request) -> JSONResponse:
     return JSONResponse({"served": request.url.path})
 
 
+async def broken(request: Request) -> JSONResponse:
+    return JSONResponse({"error": "upstream failed"}, status_code=500)
+
+
+async def raises(request: Request) -> JSONResponse:
+    raise RuntimeError("the handler crashed")
+
+
 async def setup(chain: Chain, client: BillingClient) -> tuple[httpx.AsyncClient, str, Keypair, str]:
     """A provider with a plan, a gate for it (ttl 0: every request reads the chain), and a
     subscriber with a 1 USDC metered allowance. Returns (http, plan, subscriber, sub_id)."""
@@ -42,11 +50,18 @@ async def setup(chain: Chain, client: BillingClient) -> tuple[httpx.AsyncClient,
     sub_id = await client.subscribe(plan, subscriber, max_overage=USDC)
     gate = payment_gate(
         Starlette(
-            routes=[Route("/v1/resource", handler), Route("/v1/process", handler, methods=["POST"])]
+            routes=[
+                Route("/v1/resource", handler),
+                Route("/v1/process", handler, methods=["POST"]),
+                Route("/v1/broken", broken, methods=["POST"]),
+                Route("/v1/raises", raises, methods=["POST"]),
+            ]
         ),
         pricing={
             "/v1/resource": [Subscription(str(plan), 10 * USDC, PERIOD)],
             "/v1/process": [Subscription(str(plan), 10 * USDC, PERIOD, metered=USDC // 2)],
+            "/v1/broken": [Subscription(str(plan), 10 * USDC, PERIOD, metered=USDC // 2)],
+            "/v1/raises": [Subscription(str(plan), 10 * USDC, PERIOD, metered=USDC // 2)],
         },
         terms=Terms(pay_to=str(destination), token=str(mint)),
         memos=Memos(b"gate-memo-secret-0123456789"),
@@ -55,7 +70,8 @@ async def setup(chain: Chain, client: BillingClient) -> tuple[httpx.AsyncClient,
         subscriptions=ChainSubscriptions(client, ttl=0),
         meter=ChainMeter(client, facilitator),
     )
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://api")
+    transport = httpx.ASGITransport(app=gate, raise_app_exceptions=False)  # a crash is a 500
+    http = httpx.AsyncClient(transport=transport, base_url="http://api")
     return http, str(plan), subscriber, str(sub_id)
 
 
@@ -111,3 +127,20 @@ async def test_metered_use_is_deducted_until_the_cap_then_402(
 
         await client.increase_allowance(sub_id, USDC, subscriber)
         assert (await http.post("/v1/process", headers={"X-Svc-Sub": sub_id})).status_code == 200
+
+
+async def test_a_failed_metered_request_is_not_deducted(
+    chain: Chain, client: BillingClient
+) -> None:
+    """A handler that answers 500 or raises costs the subscriber nothing; the next good
+    request is deducted as usual (so the meter did run)."""
+    http, _, _, sub_id = await setup(chain, client)
+    async with http:
+        for path in ("/v1/broken", "/v1/raises"):
+            failed = await http.post(path, headers={"X-Svc-Sub": sub_id})
+            assert failed.status_code == 500
+        allowance = await client.fetch_allowance(sub_id)
+        assert allowance is not None and allowance.used == 0
+        assert (await http.post("/v1/process", headers={"X-Svc-Sub": sub_id})).status_code == 200
+        allowance = await client.fetch_allowance(sub_id)
+        assert allowance is not None and allowance.used == USDC // 2

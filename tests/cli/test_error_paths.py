@@ -52,6 +52,8 @@ def error_paths(tmp: Path, busy: int) -> list[tuple[tuple[str, ...], int, str]]:
         (("facilitator", "migrate", "--database", "sqlite:////proc/svcpay-no/f.db"), 1,
          "check the path"),
         (("demo", "--out", key), 2, "give a directory"),
+        (("example", "serve", "--pay-to", nothing, "--mint", nothing, "--plan", nothing,
+          "-k", str(tmp / "missing.json"), "-u", dead), 2, "svcpay keys create"),
         # an unreachable RPC
         (("plan", "show", nothing, "-u", dead), 1, "cannot reach RPC"),
         (("plan", "list", "-u", dead), 1, "cannot reach RPC"),
@@ -61,6 +63,8 @@ def error_paths(tmp: Path, busy: int) -> list[tuple[tuple[str, ...], int, str]]:
         (("token", "balance", nothing, "-k", key, "-u", dead), 1, "cannot reach RPC"),
         (("facilitator", "crank", "--database", db, "-k", key, "-u", dead), 1,
          "cannot reach RPC"),
+        (("example", "serve", "--pay-to", nothing, "--mint", nothing, "--plan", nothing,
+          "-k", key, "-u", dead, "--facilitator", dead), 2, "cannot read the facilitator's key"),
         # an unreachable database
         (("facilitator", "migrate", "--database", dead_pg), 1, "database server runs"),
         (("facilitator", "provider", "list", "--database", dead_pg), 1, "database server runs"),

@@ -11,6 +11,7 @@
     svcpay pay URL                       fetch a gated URL, paying on 402
     svcpay facilitator serve|migrate|crank|provider
                                          run and operate the facilitator
+    svcpay example serve                 the example API behind the gate
     svcpay analytics                     volume, subscriptions, revenue (table + PNG)
     svcpay demo                          walk through the three flows on a local validator
 
@@ -51,6 +52,7 @@ from types import ModuleType
 
 from svcpay.cli import (
     demo,
+    example,
     facilitator,
     keys,
     localnet,
@@ -81,6 +83,7 @@ COMMANDS: list[ModuleType] = [
     subscription,
     pay,
     facilitator,
+    example,
     demo,
 ]
 

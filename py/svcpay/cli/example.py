@@ -1,0 +1,131 @@
+"""`svcpay example serve`: the example API (svcpay.examples.resource_server) with its
+configuration as flags, so a newcomer sells an API with `svcpay` commands only.
+
+The flags mirror the module's SVCPAY_* variables: --pay-to, --mint, --plan (and
+--metered-plan, default --plan), --facilitator, -k (the metered plan's billing authority)
+and -u (the RPC node); the facilitator's key is read from its `GET /supported`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from contextlib import suppress
+from pathlib import Path
+
+from svcpay.cli._common import (
+    Subparsers,
+    UsageError,
+    command,
+    load_signer,
+    pubkey_arg,
+    subcommands,
+)
+from svcpay.cli.facilitator import listen, port_arg
+
+NAME = "example"
+DEFAULT_FACILITATOR = "http://127.0.0.1:8402"
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from svcpay.examples import resource_server as example
+
+    load_signer(args)  # a missing keypair says how to make one
+    settings = example.Settings(
+        facilitator_url=args.facilitator,
+        pay_to=str(args.pay_to),
+        mint=str(args.mint),
+        subscription_plan=str(args.plan),
+        metered_plan=str(args.metered_plan or args.plan),
+        billing_authority=Path(args.keypair),
+        rpc_url=args.url,
+        network=args.network,
+        state_db=args.state_db,
+        x402=not args.no_x402,
+    )
+    try:
+        app = example.create_app(settings)
+    except ValueError as e:  # ConfigError, KeypairFileError: one line saying what to fix
+        raise UsageError(str(e)) from None
+    sock = listen(args.host, args.port)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=args.host, port=args.port, log_level="warning")
+    )
+
+    async def main() -> None:
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started and not task.done():
+            await asyncio.sleep(0.05)
+        if server.started:
+            port = sock.getsockname()[1]
+            print(f"svcpay example API ready http://{args.host}:{port}", flush=True)
+        await task
+
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with suppress(KeyboardInterrupt):  # Ctrl-C or SIGTERM: a normal stop
+        asyncio.run(main())
+    return 0 if server.started else 1
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = command(
+        subparsers,
+        NAME,
+        None,
+        help="run the example API sold through svcpay's gate",
+        description="The example resource server (svcpay.examples.resource_server).",
+    )
+    sub = subcommands(parser, "example commands")
+    p = command(
+        sub,
+        "serve",
+        serve,
+        help="serve the example API until Ctrl-C",
+        description="Serves GET /v1/data (0.50 a request, one-time), GET /v1/resource "
+        "(subscribers of --plan) and POST /v1/process (metered on --metered-plan, whose "
+        "billing authority is -k) behind svcpay's gate, paid through --facilitator. Prints "
+        "one ready line, then runs until Ctrl-C.",
+    )
+    p.add_argument(
+        "--pay-to",
+        type=pubkey_arg,
+        required=True,
+        metavar="TOKEN_ACCOUNT",
+        help="the token account one-time payments go to (the owner's associated "
+        "account of --mint, for x402)",
+    )
+    p.add_argument("--mint", type=pubkey_arg, required=True, help="the token (6 decimals)")
+    p.add_argument(
+        "--plan", type=pubkey_arg, required=True, help="the plan that opens GET /v1/resource"
+    )
+    p.add_argument(
+        "--metered-plan",
+        type=pubkey_arg,
+        metavar="PLAN",
+        help="the plan POST /v1/process draws on (default: --plan)",
+    )
+    p.add_argument(
+        "--facilitator",
+        default=DEFAULT_FACILITATOR,
+        metavar="URL",
+        help=f"the facilitator payments go through (default {DEFAULT_FACILITATOR})",
+    )
+    p.add_argument(
+        "--network",
+        default="solana-mainnet",
+        help="the network named in terms (default solana-mainnet, as the "
+        "facilitator's SVCPAY_NETWORK)",
+    )
+    p.add_argument(
+        "--state-db",
+        type=Path,
+        default=Path("resource-server.db"),
+        metavar="FILE",
+        help="SQLite file of used proofs and pending usage (default resource-server.db)",
+    )
+    p.add_argument("--no-x402", action="store_true", help="answer svcpay's 402 only")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=port_arg, default=8000, help="0 picks a free port (default 8000)")

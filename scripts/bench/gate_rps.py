@@ -33,9 +33,9 @@ from spl.token.models import TransferCheckedParams
 from svcpay.gate import OneTime, Subscription, payment_gate
 from svcpay.gate.pricing import Terms
 from svcpay.protocol.memo import Memos, MemoTerms
+from svcpay.protocol.programs import MEMO_PROGRAM
 from svcpay.protocol.proof import PaymentProof
 from svcpay.protocol.replay import MemoryReplayStore
-from svcpay.schemes.x402_exact.server import MEMO_PROGRAM
 from svcpay.schemes.x402_exact.wire import SettleResponse, VerifyResponse, encode_header
 
 PLAN = str(Pubkey.new_unique())

@@ -26,12 +26,12 @@ from svcpay.client import (
     SpendingLimitExceeded,
     build_payment,
 )
-from svcpay.client.payer import MEMO_PROGRAM
 from svcpay.gate import OneTime, payment_gate
 from svcpay.gate.pricing import Terms
 from svcpay.localnet.process import Localnet
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.models import PaymentRequired
+from svcpay.protocol.programs import MEMO_PROGRAM
 from svcpay.protocol.replay import MemoryReplayStore
 from tests.support.billing import USDC
 from tests.support.chain import Chain

@@ -47,11 +47,11 @@ from svcpay.program.client import BillingClient
 from svcpay.program.generated.types.subscription_status import Active
 from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
 from svcpay.protocol.models import PaymentOption, PaymentRequired, ProtocolError
+from svcpay.protocol.programs import MEMO_PROGRAM
 from svcpay.schemes.x402_exact import client as x402
 from svcpay.schemes.x402_exact.wire import CAIP2, svcpay_network
 
 T = TypeVar("T")
-MEMO_PROGRAM = Pubkey.from_string("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr")
 # build_payment's priority fee: x402 facilitators require a price instruction, svcpay's
 # /authorize accepts one (at most 1,000,000); 1 micro-lamport a unit adds under 1 lamport.
 COMPUTE_UNIT_PRICE = 1

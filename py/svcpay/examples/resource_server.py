@@ -77,16 +77,13 @@ from svcpay.program.generated.program_id import PROGRAM_ID
 from svcpay.protocol.headers import NETWORK_MAINNET, SCHEME_EXACT, X_PAYMENT, X_SVC_SUB
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.models import ProtocolError
+from svcpay.protocol.programs import TOKEN_PROGRAMS
 from svcpay.protocol.proof import parse_payment_proof
 from svcpay.protocol.replay import SqliteReplayStore
 from svcpay.schemes.x402_exact.facilitator_client import X402FacilitatorClient
 from svcpay.schemes.x402_exact.server import check_x402_terms
 from svcpay.schemes.x402_exact.wire import svcpay_network
 
-TOKEN_PROGRAMS = (
-    "TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA",
-    "TokenzQdBNbLqP5VEhdkAS6EPFLC1PHnBqCXEpPxuEb",
-)
 DATA_PRICE = to_base_units("0.50")  # 500000 base units of a 6-decimal mint
 PROCESS_PRICE = to_base_units("0.10")  # per POST /v1/process, from the allowance
 DECIMALS = 6  # the prices above assume it
@@ -276,7 +273,7 @@ def token_account_owner(settings: Settings) -> str:
     """The wallet that owns the token account SVCPAY_PAY_TO (x402's payTo), read on chain."""
     info = read_account(settings.rpc_url, settings.pay_to)
     data = bytes(info.data) if info is not None else b""
-    if info is None or str(info.owner) not in TOKEN_PROGRAMS or len(data) < 165:
+    if info is None or info.owner not in TOKEN_PROGRAMS or len(data) < 165:
         raise ConfigError(f"SVCPAY_PAY_TO {settings.pay_to} is not a token account")
     return str(Pubkey.from_bytes(data[32:64]))
 

@@ -36,11 +36,9 @@ from solders.transaction import VersionedTransaction
 from svcpay.facilitator.store import Event, Store, new_id
 from svcpay.program.client import BLOCKHASH_LIFETIME_SECS, BillingClient
 from svcpay.protocol.models import PaymentOption
+from svcpay.protocol.programs import COMPUTE_BUDGET, MEMO_PROGRAM, TOKEN_PROGRAM
 from svcpay.protocol.proof import PaymentProof
 
-TOKEN_PROGRAM = Pubkey.from_string("TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA")
-MEMO_PROGRAM = Pubkey.from_string("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr")
-COMPUTE_BUDGET = Pubkey.from_string("ComputeBudget111111111111111111111111111111")
 TRANSFER_CHECKED = 12
 # What a payment may cost the facilitator: one signature's fee (the client's signature is
 # the only other one) plus at most MAX_COMPUTE_UNIT_LIMIT * MAX_COMPUTE_UNIT_PRICE / 10^6

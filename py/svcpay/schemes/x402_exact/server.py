@@ -16,8 +16,6 @@ extension, a resend of the same payload gets the stored response (`idempotency`)
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import logging
 import time
@@ -25,15 +23,16 @@ from typing import Any
 
 from solders.message import to_bytes_versioned
 from solders.pubkey import Pubkey
-from solders.transaction import VersionedTransaction
 from spl.token.constants import TOKEN_2022_PROGRAM_ID, TOKEN_PROGRAM_ID
 from spl.token.instructions import get_associated_token_address
 
 from svcpay.gate.pricing import OneTime, PricingEntry, Terms
 from svcpay.protocol.memo import Memos, MemoTerms
 from svcpay.protocol.models import ProtocolError
+from svcpay.protocol.programs import MEMO_PROGRAM
 from svcpay.protocol.replay import ReplayStore
 from svcpay.schemes.decision import Admit, PaymentRequiredFn, RawHeaders, Reply, Request
+from svcpay.schemes.x402_exact import svm
 from svcpay.schemes.x402_exact.facilitator_client import (
     FacilitatorUnavailable,
     X402Facilitator,
@@ -59,7 +58,6 @@ from svcpay.schemes.x402_exact.wire import (
 __all__ = ["X402Facilitator", "X402FacilitatorClient", "X402Server", "check_x402_terms"]
 
 log = logging.getLogger("svcpay.gate.x402")
-MEMO_PROGRAM = Pubkey.from_string("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr")
 RETRY_AFTER_SECS = 5
 CLAIM_MARGIN_SECS = 60
 
@@ -269,9 +267,9 @@ class _Payment:
         server, terms, resource = self.server, self.server.terms, self.request.resource
         one_time = [e for e in self.pricing if isinstance(e, OneTime)]
         try:
-            tx = VersionedTransaction.from_bytes(base64.b64decode(transaction, validate=True))
-        except (binascii.Error, ValueError):
-            return self.refuse(Reason.UNDECODABLE, "the payment's transaction could not be decoded")
+            tx = svm.decode_transaction(transaction)
+        except svm.Refusal as e:
+            return self.refuse(e.reason, f"the payment's transaction could not be decoded: {e}")
         keys = tx.message.account_keys
         tx_memos = {
             bytes(ix.data)

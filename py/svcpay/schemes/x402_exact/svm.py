@@ -30,15 +30,15 @@ from solders.message import to_bytes_versioned
 from solders.pubkey import Pubkey
 from solders.transaction import VersionedTransaction
 
+from svcpay.protocol.programs import ASSOCIATED_TOKEN_PROGRAM as ASSOCIATED_TOKEN_PROGRAM
+from svcpay.protocol.programs import COMPUTE_BUDGET as COMPUTE_BUDGET
+from svcpay.protocol.programs import MEMO_PROGRAM as MEMO_PROGRAM
+from svcpay.protocol.programs import TOKEN_2022_PROGRAM as TOKEN_2022_PROGRAM
+from svcpay.protocol.programs import TOKEN_PROGRAM as TOKEN_PROGRAM
+from svcpay.protocol.programs import TOKEN_PROGRAMS as TOKEN_PROGRAMS
 from svcpay.schemes.x402_exact.wire import Reason
 
-COMPUTE_BUDGET = Pubkey.from_string("ComputeBudget111111111111111111111111111111")
-TOKEN_PROGRAM = Pubkey.from_string("TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA")
-TOKEN_2022_PROGRAM = Pubkey.from_string("TokenzQdBNbLqP5VEhdkAS6EPFLC1PHnBqCXEpPxuEb")
-ASSOCIATED_TOKEN_PROGRAM = Pubkey.from_string("ATokenGPvbdGVxr1b2hvZbsiqW5xWH25efTNsLJA8knL")
-MEMO_PROGRAM = Pubkey.from_string("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr")
 LIGHTHOUSE_PROGRAM = Pubkey.from_string("L2TExMFKdjpN9kozasaurPirfHy9P8sbXoAN1qA3S95")
-TOKEN_PROGRAMS = (TOKEN_PROGRAM, TOKEN_2022_PROGRAM)
 OPTIONAL_PROGRAMS = (MEMO_PROGRAM, LIGHTHOUSE_PROGRAM)
 
 SET_COMPUTE_UNIT_LIMIT = 2

@@ -47,8 +47,17 @@ class Switch:
             writer.close()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # A connection accepted just before `off()` must not outlive it: register it at once,
+        # and drop it if the switch was cut while the upstream connection was being opened
+        # (otherwise a pass slips through mid-outage and logs an extra "back"/"unreachable").
+        server = self.server
+        self.open.add(writer)
         up_reader, up_writer = await asyncio.open_connection(*self.target)
-        self.open |= {writer, up_writer}
+        if self.server is None or self.server is not server:
+            up_writer.close()
+            writer.close()
+            return
+        self.open.add(up_writer)
         await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
 
     async def on(self) -> None:

@@ -133,10 +133,17 @@ class RpcState:
             self.down_since = time.monotonic()
             log.warning("rpc unreachable: %s (background work retries until it is back)", reason)
 
-    def reachable(self) -> None:
-        if self.down_since is not None:
-            log.warning("rpc back after %.0f s", time.monotonic() - self.down_since)
-            self.down_since = None
+    def reachable(self, started: float) -> bool:
+        """A pass that began at `started` (monotonic) succeeded. It proves the node is back
+        only if it began after the outage was noticed: one that was already in flight says
+        nothing. Returns whether the node counts as reachable."""
+        if self.down_since is None:
+            return True
+        if started < self.down_since:
+            return False
+        log.warning("rpc back after %.0f s", time.monotonic() - self.down_since)
+        self.down_since = None
+        return True
 
 
 async def _every(
@@ -149,6 +156,7 @@ async def _every(
     rpc = rpc or RpcState()
     failed_on_rpc = False
     while not stop.is_set():
+        started = time.monotonic()
         try:
             await work()
         except Exception as e:  # each pass starts over from durable state; log, wait, retry
@@ -160,7 +168,6 @@ async def _every(
                 rpc.unreachable(reason)
         else:
             if failed_on_rpc:  # this loop reached the node again
-                failed_on_rpc = False
-                rpc.reachable()
+                failed_on_rpc = not rpc.reachable(started)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval)

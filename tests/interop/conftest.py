@@ -1,5 +1,6 @@
 """Fixtures of the cross-implementation tests: the PyPI x402 SDK's programs (x402_sdk/, run by
-the SDK's own environment from scripts/x402-sdk) and svcpay's services, each a process on a
+the SDK's own environment from scripts/x402-sdk), the x402 TypeScript SDK's (x402_ts/, run by
+Node.js on the install scripts/x402-ts makes) and svcpay's services, each a process on a
 free port of the session's local validator, which they know as Solana devnet (the SDK accepts
 only mainnet's, devnet's and testnet's CAIP-2 ids)."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -27,6 +29,7 @@ from tests.support.chain import Chain
 DEVNET = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1"  # the local validator, to the SDK
 SVCPAY_DEVNET = "solana-devnet"  # the same, as svcpay's services name it
 SDK_PROGRAMS = Path(__file__).parent / "x402_sdk"
+TS_PROGRAMS = Path(__file__).parent / "x402_ts"
 FINALITY_TIMEOUT = 60.0
 
 
@@ -43,6 +46,21 @@ def sdk_python() -> str:
             f"(it needs PyPI once)\n{done.stderr[-2000:]}"
         )
     return python
+
+
+@pytest.fixture(scope="session")
+def ts_modules() -> Path:
+    """The TypeScript SDK's node_modules (scripts/x402-ts installs it once, then reuses it)."""
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "x402-ts")], capture_output=True, text=True, timeout=600
+    )
+    modules = Path(done.stdout.strip() or "/nonexistent") / "node_modules"
+    if done.returncode != 0 or not modules.is_dir():
+        pytest.fail(
+            "the x402 TypeScript SDK is missing and could not be installed: run "
+            f"scripts/x402-ts (it needs Node.js and the npm registry once)\n{done.stderr[-2000:]}"
+        )
+    return modules
 
 
 class Processes:
@@ -224,3 +242,53 @@ class Svcpay:
 @pytest.fixture
 def svcpay(validator: Localnet, processes: Processes, tmp_path: Path) -> Svcpay:
     return Svcpay(validator.url, processes, tmp_path)
+
+
+@dataclass
+class Ts:
+    """The TypeScript SDK's programs, run by Node.js from a directory beside its
+    node_modules (Node resolves an ES module's packages from the module's own directory)."""
+
+    home: Path
+    rpc: str
+    processes: Processes
+
+    def facilitator(self, fee_payer_file: Path) -> str:
+        argv = [
+            "node", str(self.home / "ts_facilitator.mjs"), "--keypair", str(fee_payer_file),
+            "--rpc", self.rpc, "--network", DEVNET,
+        ]  # fmt: skip
+        return self.processes.start("x402-ts facilitator", argv, "x402-ts facilitator ready")
+
+    def server(self, facilitator_url: str, market: Market, price: int) -> str:
+        argv = [
+            "node", str(self.home / "ts_server.mjs"), "--facilitator", facilitator_url,
+            "--pay-to", str(market.seller), "--mint", str(market.mint), "--network", DEVNET,
+            "--price", str(price),
+        ]  # fmt: skip
+        return self.processes.start("x402-ts server", argv, "x402-ts server ready")
+
+    def pay(self, url: str, market: Market, *, replay: bool = False) -> dict[str, object]:
+        """The SDK's paying fetch GETs `url` as `market`'s buyer: its JSON report."""
+        argv = [
+            "node", str(self.home / "ts_client.mjs"), url, "--keypair", str(market.buyer_file),
+            "--rpc", self.rpc, "--network", DEVNET, "--mint", str(market.mint),
+        ]  # fmt: skip
+        done = subprocess.run(
+            argv + (["--replay"] if replay else []), capture_output=True, text=True, timeout=120
+        )
+        assert done.stdout.strip(), f"the TS client printed nothing:\n{done.stderr[-3000:]}"
+        report: dict[str, object] = json.loads(done.stdout)
+        assert done.returncode == 0, (report, done.stderr[-3000:])
+        return report
+
+
+@pytest.fixture
+def ts(ts_modules: Path, validator: Localnet, processes: Processes, tmp_path: Path) -> Ts:
+    home = tmp_path / "x402_ts"
+    home.mkdir()
+    (home / "node_modules").symlink_to(ts_modules, target_is_directory=True)
+    shutil.copy(TS_PROGRAMS / "package.json", home)  # "type": "module"
+    for program in TS_PROGRAMS.glob("*.mjs"):
+        shutil.copy(program, home)
+    return Ts(home, validator.url, processes)

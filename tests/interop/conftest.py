@@ -30,22 +30,34 @@ DEVNET = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1"  # the local validator, to th
 SVCPAY_DEVNET = "solana-devnet"  # the same, as svcpay's services name it
 SDK_PROGRAMS = Path(__file__).parent / "x402_sdk"
 TS_PROGRAMS = Path(__file__).parent / "x402_ts"
+PAY_KIT_PROGRAMS = Path(__file__).parent / "pay_kit"
 FINALITY_TIMEOUT = 60.0
 
 
-@pytest.fixture(scope="session")
-def sdk_python() -> str:
-    """The SDK environment's python (scripts/x402-sdk makes it once, then reuses it)."""
+def sdk_environment(script: str) -> str:
+    """The python of a foreign SDK's environment (scripts/sdk-env makes it once)."""
     done = subprocess.run(
-        [str(ROOT / "scripts" / "x402-sdk")], capture_output=True, text=True, timeout=600
+        [str(ROOT / "scripts" / script)], capture_output=True, text=True, timeout=600
     )
     python = done.stdout.strip()
     if done.returncode != 0 or not Path(python).is_file():
         pytest.fail(
-            "the x402 SDK's environment is missing and could not be made: run scripts/x402-sdk "
-            f"(it needs PyPI once)\n{done.stderr[-2000:]}"
+            f"the environment of scripts/{script} is missing and could not be made: run "
+            f"scripts/{script} (it needs PyPI once)\n{done.stderr[-2000:]}"
         )
     return python
+
+
+@pytest.fixture(scope="session")
+def sdk_python() -> str:
+    """The PyPI x402 SDK's environment's python (scripts/x402-sdk)."""
+    return sdk_environment("x402-sdk")
+
+
+@pytest.fixture(scope="session")
+def pay_kit_python() -> str:
+    """solana-pay-kit's environment's python (scripts/pay-kit)."""
+    return sdk_environment("pay-kit")
 
 
 @pytest.fixture(scope="session")
@@ -292,3 +304,30 @@ def ts(ts_modules: Path, validator: Localnet, processes: Processes, tmp_path: Pa
     for program in TS_PROGRAMS.glob("*.mjs"):
         shutil.copy(program, home)
     return Ts(home, validator.url, processes)
+
+
+@dataclass
+class PayKit:
+    """solana-foundation's pay-kit, run by its own environment (scripts/pay-kit)."""
+
+    python: str
+    rpc: str
+
+    def pay(self, url: str, market: Market, *, replay: bool = False) -> dict[str, object]:
+        """pay-kit's PayKitClient GETs `url` as `market`'s buyer: its JSON report."""
+        argv = [
+            self.python, str(PAY_KIT_PROGRAMS / "pk_client.py"), url,
+            "--keypair", str(market.buyer_file), "--rpc", self.rpc, "--mint", str(market.mint),
+        ]  # fmt: skip
+        done = subprocess.run(
+            argv + (["--replay"] if replay else []), capture_output=True, text=True, timeout=120
+        )
+        assert done.stdout.strip(), f"the pay-kit client printed nothing:\n{done.stderr[-3000:]}"
+        report: dict[str, object] = json.loads(done.stdout)
+        assert done.returncode == 0, (report, done.stderr[-3000:])
+        return report
+
+
+@pytest.fixture
+def pay_kit(pay_kit_python: str, validator: Localnet) -> PayKit:
+    return PayKit(pay_kit_python, validator.url)

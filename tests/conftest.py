@@ -5,6 +5,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from svcpay.localnet.accounts import USDC_MAINNET_MINT, usdc_mint_account, write_account_file
 from svcpay.localnet.process import BACKENDS, TEST_VALIDATOR, Localnet, backend, localnet
 from svcpay.localnet.validator import ValidatorNotFound, binary_version, find_validator
 from svcpay.program.client import BillingClient
@@ -54,11 +55,16 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 @pytest.fixture(scope="session")
-def validator() -> Iterator[Localnet]:
+def validator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Localnet]:
     """One local validator with the built program for the session. Fails (never skips) when
     the binary is missing: scripts/test builds it first. On solana-test-validator the
-    program is deployed through the upgradeable loader, as users deploy it."""
-    with localnet(deploy=True) as node:
+    program is deployed through the upgradeable loader, as users deploy it. It also holds a
+    USDC mint at mainnet USDC's address (svcpay.localnet.accounts), for the clients and
+    gates that accept only the stablecoins they know."""
+    usdc = write_account_file(
+        tmp_path_factory.mktemp("accounts") / "usdc.json", usdc_mint_account()
+    )
+    with localnet(deploy=True, accounts=[(str(USDC_MAINNET_MINT), usdc)]) as node:
         yield node
 
 

@@ -312,6 +312,19 @@ class PayKit:
 
     python: str
     rpc: str
+    processes: Processes
+    tmp: Path
+
+    def server(self, fee_payer: Keypair, pay_to: Pubkey, price_usd: str) -> str:
+        """pay-kit's FastAPI server, its operator (fee payer) `fee_payer`."""
+        keypair = save_keypair(fee_payer, self.tmp / "pay-kit-operator.json")
+        argv = [
+            self.python, str(PAY_KIT_PROGRAMS / "pk_server.py"), "--keypair", str(keypair),
+            "--rpc", self.rpc, "--pay-to", str(pay_to), "--price-usd", price_usd,
+        ]  # fmt: skip
+        # pay-kit keeps its MPP challenge secret in ./.env unless given one
+        env = {"PAY_KIT_MPP_CHALLENGE_BINDING_SECRET": "svcpay-interop-" + "0" * 32}
+        return self.processes.start("pay-kit server", argv, "pay-kit server ready", env)
 
     def pay(self, url: str, market: Market, *, replay: bool = False) -> dict[str, object]:
         """pay-kit's PayKitClient GETs `url` as `market`'s buyer: its JSON report."""
@@ -329,5 +342,7 @@ class PayKit:
 
 
 @pytest.fixture
-def pay_kit(pay_kit_python: str, validator: Localnet) -> PayKit:
-    return PayKit(pay_kit_python, validator.url)
+def pay_kit(
+    pay_kit_python: str, validator: Localnet, processes: Processes, tmp_path: Path
+) -> PayKit:
+    return PayKit(pay_kit_python, validator.url, processes, tmp_path)

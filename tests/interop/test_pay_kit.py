@@ -6,7 +6,19 @@ devnet's CAIP-2 id, as svcpay's services are told here); money moves on chain.""
 
 from __future__ import annotations
 
-from tests.interop.conftest import Market, PayKit, Svcpay
+import base64
+import json
+
+import httpx
+import pytest
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.keypair import Keypair
+
+from svcpay.client import PaymentAuth
+from svcpay.localnet.accounts import LOCAL_USDC_AUTHORITY, USDC_MAINNET_MINT
+from svcpay.localnet.process import Localnet
+from tests.interop.conftest import Market, PayKit, Svcpay, finalize
 from tests.interop.test_x402_sdk import DATA_PRICE, balances, settled_in
 from tests.support.billing import USDC, Billing
 from tests.support.chain import Chain
@@ -30,3 +42,38 @@ def test_the_pay_kit_client_pays_the_example_api(
     assert balances(chain, market) == (before[0] - DATA_PRICE, before[1] + DATA_PRICE)
     assert report["replay"]["status"] == 402, report["replay"]  # type: ignore[index]
     assert balances(chain, market) == (before[0] - DATA_PRICE, before[1] + DATA_PRICE)
+
+
+@pytest.mark.anyio
+async def test_payment_auth_pays_the_pay_kit_server(
+    pay_kit: PayKit, market: Market, chain: Chain, validator: Localnet
+) -> None:
+    """svcpay's PaymentAuth against pay-kit's FastAPI gate, which offers x402 and MPP and
+    verifies and settles x402 itself, in USDC (the validator's, at mainnet USDC's address):
+    PaymentAuth pays the x402 offer and is served."""
+    seller = Keypair()
+    seller_usdc = chain.token_account(seller.pubkey(), USDC_MAINNET_MINT)
+    buyer_usdc = chain.token_account(market.buyer.pubkey(), USDC_MAINNET_MINT)
+    chain.mint_to(USDC_MAINNET_MINT, buyer_usdc, USDC, authority=LOCAL_USDC_AUTHORITY)
+    finalize(chain, buyer_usdc)
+    server = pay_kit.server(market.fee_payer, seller.pubkey(), "0.001")
+
+    def amounts() -> tuple[int, int]:
+        state = chain.token_state
+        return state(buyer_usdc)["amount"], state(seller_usdc)["amount"]
+
+    before = amounts()
+
+    rpc = AsyncClient(validator.url, commitment=Confirmed)
+    async with httpx.AsyncClient() as svcpay_fac:
+        auth = PaymentAuth(market.buyer, rpc=rpc, facilitator=svcpay_fac, max_per_request=USDC)
+        try:
+            async with httpx.AsyncClient(timeout=60) as http:
+                reply = await http.get(f"{server}/paid", auth=auth)
+        finally:
+            await rpc.close()
+
+    assert (reply.status_code, reply.json()) == (200, {"answer": "paid content"}), reply.text
+    settled = json.loads(base64.b64decode(reply.headers["payment-response"]))
+    assert settled["success"] is True, settled
+    assert amounts() == (before[0] - 1_000, before[1] + 1_000)

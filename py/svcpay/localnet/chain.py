@@ -245,17 +245,23 @@ class Chain:
         self.send_ok(ixs, [self.payer])
         return ata
 
-    def mint_to(self, mint: Pubkey, token_account: Pubkey, amount: int) -> None:
-        """Mints `amount` to `token_account`."""
-        self.send_ok([self._mint_to_ix(mint, token_account, amount)], [self.payer])
+    def mint_to(
+        self, mint: Pubkey, token_account: Pubkey, amount: int, authority: Keypair | None = None
+    ) -> None:
+        """Mints `amount` to `token_account` (`authority`: the mint's, if not this client's
+        payer, e.g. svcpay.localnet.accounts.LOCAL_USDC_AUTHORITY)."""
+        ix = self._mint_to_ix(mint, token_account, amount, authority)
+        self.send_ok([ix], [self.payer] + ([authority] if authority else []))
 
-    def _mint_to_ix(self, mint: Pubkey, dest: Pubkey, amount: int) -> Instruction:
+    def _mint_to_ix(
+        self, mint: Pubkey, dest: Pubkey, amount: int, authority: Keypair | None = None
+    ) -> Instruction:
         # The payer is the authority of every mint this client creates.
         params = MintToParams(
             program_id=TOKEN_PROGRAM_ID,
             mint=mint,
             dest=dest,
-            mint_authority=self.payer.pubkey(),
+            mint_authority=(authority or self.payer).pubkey(),
             amount=amount,
         )
         return mint_to(params)

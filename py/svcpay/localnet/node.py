@@ -30,7 +30,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,7 +105,11 @@ class TimeTravelError(ValueError):
 class Node:
     """LiteSVM plus what an RPC node adds: slots and time that move, a transaction history."""
 
-    def __init__(self, programs: list[tuple[Pubkey, Path]]) -> None:
+    def __init__(
+        self,
+        programs: list[tuple[Pubkey, Path]],
+        accounts: Sequence[tuple[Pubkey, Account]] = (),
+    ) -> None:
         self.lock = threading.RLock()
         # LiteSVM accepts only its latest blockhash; a cluster accepts the last 150. Its own
         # history is off: the node's decides what is AlreadyProcessed, at each commitment.
@@ -119,6 +123,8 @@ class Node:
         self.recent: dict[str, int] = {}
         for program_id, path in programs:
             self.svm.add_program(program_id, path.read_bytes())
+        for address, account in accounts:  # solana-test-validator's --account
+            self.svm.set_account(address, account)
         self.genesis_ms = int(time.time() * 1000)
         self.offset_ms = 0  # added to wall time by time travel
         self.slot = 0

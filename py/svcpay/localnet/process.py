@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,11 +102,15 @@ def _tail(log: Path) -> str:
         return ""
 
 
-def _drop_in_command(program: Path | None) -> tuple[list[str], str]:
+def _drop_in_command(
+    program: Path | None, accounts: Sequence[tuple[str, Path]] = ()
+) -> tuple[list[str], str]:
     port = stv.free_port_block(1)
     cmd = [sys.executable, "-m", "svcpay.localnet.server", "--rpc-port", str(port)]
     if program is not None:
         cmd += ["--bpf-program", str(PROGRAM_ID), str(program)]
+    for address, file in accounts:
+        cmd += ["--account", address, str(file)]
     return cmd, f"http://127.0.0.1:{port}"
 
 
@@ -124,13 +128,18 @@ def _running(cmd: list[str], url: str, workdir: Path) -> Iterator[None]:
 
 @contextmanager
 def localnet(
-    program: Path | None = PROGRAM_SO, *, validator: str | None = None, deploy: bool = False
+    program: Path | None = PROGRAM_SO,
+    *,
+    validator: str | None = None,
+    deploy: bool = False,
+    accounts: Sequence[tuple[str, Path]] = (),
 ) -> Iterator[Localnet]:
     """A running local validator with svc_billing at its program id, for the block's duration.
 
     `deploy` (solana-test-validator only) starts an empty validator and deploys the program
     through the upgradeable loader, as `svcpay program deploy` does on a cluster. `program`
-    None starts a validator without it (to deploy it yourself)."""
+    None starts a validator without it (to deploy it yourself). `accounts` ((address, JSON
+    file), solana-test-validator's `--account`) exist from genesis on either validator."""
     if program is not None and not program.exists():
         raise ProgramBinaryMissing(
             f"{program} is missing: run scripts/build-program (scripts/test does)"
@@ -139,7 +148,7 @@ def localnet(
     with tempfile.TemporaryDirectory(prefix="svcpay-localnet-") as tmp:
         workdir = Path(tmp)
         if kind == DROP_IN:
-            cmd, url = _drop_in_command(program)
+            cmd, url = _drop_in_command(program, accounts)
             with _running(cmd, url, workdir):
                 yield Localnet(url, "svcpay-drop-in")
             return
@@ -154,7 +163,7 @@ def localnet(
                 # A port picked as free can be taken before the validator binds it: only a
                 # start that failed on a port is tried again, never the caller's block.
                 ports = stv.Ports.pick()
-                cmd = stv.command(exe, ports, workdir / "ledger", genesis)
+                cmd = stv.command(exe, ports, workdir / "ledger", genesis, accounts)
                 url = f"http://127.0.0.1:{ports.rpc}"
                 try:
                     stack.enter_context(_running(cmd, url, workdir))

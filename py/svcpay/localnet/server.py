@@ -1,6 +1,7 @@
 """The drop-in local validator: Solana JSON-RPC over HTTP, backed by LiteSVM.
 
-    python -m svcpay.localnet.server --bpf-program ID PATH [--rpc-port N] [--bind-address A]
+    python -m svcpay.localnet.server --bpf-program ID PATH [--account ADDRESS FILE]
+                                     [--rpc-port N] [--bind-address A]
 
 mirrors solana-test-validator's flags. Serves loopback only by default; `--rpc-port 0` picks
 a free port. When ready it prints one line, `svcpay-localnet ready <url>`, to stdout.
@@ -21,8 +22,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from solders.account import Account
 from solders.pubkey import Pubkey
 
+from svcpay.localnet.accounts import AccountFileError, read_account_file
 from svcpay.localnet.methods import Methods, RpcError
 from svcpay.localnet.node import Node
 
@@ -219,9 +222,14 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def serve(
-    programs: list[tuple[Pubkey, Path]], host: str, port: int, *, as_json: bool = False
+    programs: list[tuple[Pubkey, Path]],
+    host: str,
+    port: int,
+    *,
+    as_json: bool = False,
+    accounts: list[tuple[Pubkey, Account]] | None = None,
 ) -> None:
-    methods = Methods(Node(programs))
+    methods = Methods(Node(programs, accounts or []))
     handler = type("Handler", (_Handler,), {"methods": methods})
     server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
@@ -248,6 +256,15 @@ def main(argv: list[str] | None = None) -> int:
         metavar=("ADDRESS", "SBF_PROGRAM.SO"),
         help="add a program at ADDRESS from the ELF file (repeatable)",
     )
+    parser.add_argument(
+        "--account",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("ADDRESS", "FILE"),
+        help="load an account at ADDRESS from the JSON FILE (`solana account --output json`;"
+        " ADDRESS '-' takes the file's pubkey) (repeatable)",
+    )
     parser.add_argument("--rpc-port", type=int, default=8899, help="JSON-RPC port (0: any free)")
     parser.add_argument("--bind-address", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--ledger", help="accepted for compatibility; state is in memory")
@@ -265,8 +282,21 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--bpf-program: {address!r} is not a base58 public key")
         if not Path(path).is_file():
             parser.error(f"--bpf-program: {path} does not exist (build it: scripts/build-program)")
+    accounts = []
+    for address, path in args.account:
+        try:
+            key, account = read_account_file(Path(path))
+            if address != "-":
+                key = Pubkey.from_string(address)
+        except AccountFileError as e:
+            parser.error(f"--account: {e}")
+        except ValueError:
+            parser.error(f"--account: {address!r} is not a base58 public key")
+        if key == Pubkey.default():
+            parser.error(f"--account: {path} names no pubkey: give the address")
+        accounts.append((key, account))
     try:
-        serve(programs, args.bind_address, args.rpc_port, as_json=args.json)
+        serve(programs, args.bind_address, args.rpc_port, as_json=args.json, accounts=accounts)
     except OSError as e:
         where = f"{args.bind_address}:{args.rpc_port}"
         if e.errno == errno.EADDRINUSE:

@@ -143,12 +143,18 @@ def mainnet_feature_args() -> list[str]:
 
 
 def command(
-    exe: Path, ports: Ports, ledger: Path, programs: Sequence[tuple[str, Path]] = ()
+    exe: Path,
+    ports: Ports,
+    ledger: Path,
+    programs: Sequence[tuple[str, Path]] = (),
+    accounts: Sequence[tuple[str, Path]] = (),
 ) -> list[str]:
     """The command line of a solana-test-validator on `ports` with mainnet's features, a fresh
-    ledger, and `programs` ((program id, .so)) loaded at genesis (none: deploy them with
-    `svcpay program deploy`, as users do)."""
+    ledger, `programs` ((program id, .so)) loaded at genesis (none: deploy them with
+    `svcpay program deploy`, as users do) and `accounts` ((address, JSON file))."""
     cmd = [str(exe), *ports.args(), "--ledger", str(ledger), "--reset", "--quiet"]
     for program_id, so in programs:
         cmd += ["--bpf-program", program_id, str(so)]
+    for address, file in accounts:
+        cmd += ["--account", address, str(file)]
     return cmd + mainnet_feature_args()

@@ -22,7 +22,6 @@ from svcpay.localnet.rpc_errors import (
     FILTER_TRANSACTION_NOT_FOUND,
     INVALID_PARAMS,
     MIN_CONTEXT_SLOT_NOT_REACHED,
-    SIGNATURE_VERIFICATION_FAILED,
     SIMULATION_FAILED,
     UNSUPPORTED_TRANSACTION_VERSION,
     RpcError,
@@ -93,15 +92,19 @@ class TransactionMethods:
 
     def rpc_simulateTransaction(self, params: list[Any]) -> dict[str, Any]:
         """Runs the transaction against the bank of `commitment` (default finalized).
-        Signatures are checked only with `sigVerify` (default false), before it runs, as
-        agave checks them: one that fails is -32003, not a simulation result. Without it, a
-        partly signed transaction (a fee payer's slot still empty) simulates."""
+        Signatures are checked only with `sigVerify` (default false), before it runs: one
+        that fails is the result `err: "SignatureFailure"` with no logs and no units, as
+        agave 4.2 answers. Without it, a partly signed transaction (a fee payer's slot still
+        empty) simulates."""
         tx, config = self._decode_tx(params)
         level = commitment(config)
         self._check_min_context_slot(config, self.node.slot_at(level))
-        if config.get("sigVerify", False) is True:
-            _verify_signatures(tx)
-        err, logs, units = self.node.simulate(tx, level)
+        err: Any
+        logs: list[str]
+        if config.get("sigVerify", False) is True and not _signatures_verify(tx):
+            err, logs, units = SIGNATURE_FAILURE, [], 0
+        else:
+            err, logs, units = self.node.simulate(tx, level)
         value = {
             "err": err,
             "logs": logs,
@@ -119,8 +122,12 @@ class TransactionMethods:
         if not config.get("skipPreflight", False):
             level = commitment(config, "preflightCommitment")
             self._check_min_context_slot(config, self.node.slot_at(level))
-            _verify_signatures(tx)
-            err, logs, units = self.node.simulate(tx, level)
+            err: Any
+            logs: list[str]
+            if _signatures_verify(tx):
+                err, logs, units = self.node.simulate(tx, level)
+            else:  # agave 4.2: a simulation failure, -32002, that never ran
+                err, logs, units = SIGNATURE_FAILURE, [], 0
             if err is not None:
                 raise RpcError(
                     SIMULATION_FAILED,
@@ -284,10 +291,12 @@ class TransactionMethods:
             )
 
 
-def _verify_signatures(tx: VersionedTransaction) -> None:
-    """-32003 unless every signature verifies (agave's check before a simulation)."""
-    if not all(tx.verify_with_results()):
-        raise RpcError(SIGNATURE_VERIFICATION_FAILED, "Transaction signature verification failure")
+SIGNATURE_FAILURE = "SignatureFailure"  # TransactionError::SignatureFailure, as JSON
+
+
+def _signatures_verify(tx: VersionedTransaction) -> bool:
+    """Whether every signature verifies (agave's check before a simulation)."""
+    return all(tx.verify_with_results())
 
 
 def _status(err: Any) -> dict[str, Any]:

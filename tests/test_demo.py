@@ -167,3 +167,38 @@ def test_ctrl_c_mid_demo_stops_every_process(tmp_path: Path) -> None:
     url = re.search(r"local validator \(\S+\) at (\S+)", text)
     assert url is not None
     assert not validator_running(url.group(1))
+
+
+SWALLOWING_DEMO = """
+import asyncio, os, signal, sys
+from svcpay.demo import walkthrough
+
+class Demo:  # a walkthrough whose coroutine swallows what Ctrl-C turns into
+    def run(self, stack):
+        async def main():
+            os.kill(os.getpid(), signal.SIGINT)
+            try:
+                await asyncio.sleep(1)
+            except BaseException:
+                pass
+            await asyncio.sleep(0.1)
+        asyncio.run(main())
+        walkthrough.step("the step after the Ctrl-C")
+
+    def failed(self, message, child):
+        print("failed:", message, file=sys.stderr)
+
+sys.exit(walkthrough.run(demo=Demo()))
+"""
+
+
+def test_a_ctrl_c_that_a_coroutine_swallows_still_stops_the_demo() -> None:
+    """asyncio.run turns Ctrl-C into a cancellation, which a coroutine may swallow (it once
+    let the demo run to the end and exit 0, in CI): the demo's own handler still stops it
+    before the next step, with 130."""
+    done = subprocess.run(
+        [sys.executable, "-c", SWALLOWING_DEMO], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 130, (done.stdout, done.stderr)
+    assert "demo interrupted" in done.stderr
+    assert "the step after the Ctrl-C" not in done.stdout

@@ -80,8 +80,14 @@ GATE_CACHE_SECS = 2.0  # the gate caches a subscription's on-chain state this lo
 PYTHON = sys.executable
 
 
+# Set by Ctrl-C or SIGTERM while the demo runs (see `signals_for_cleanup`).
+INTERRUPTED = threading.Event()
+
+
 # -- printing ----------------------------------------------------------------------------------
 def step(title: str) -> None:
+    if INTERRUPTED.is_set():  # a Ctrl-C that something swallowed still stops the demo here
+        raise KeyboardInterrupt
     print(f"\n── {title}", flush=True)
 
 
@@ -711,18 +717,31 @@ class Demo:
                 print(tail, file=sys.stderr)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    INTERRUPTED.set()
+    raise KeyboardInterrupt
+
+
 @contextmanager
 def signals_for_cleanup() -> Iterator[None]:
-    """While the demo runs, SIGTERM interrupts it as Ctrl-C does (so its `finally` stops the
-    children); while it cleans up, further Ctrl-Cs are ignored."""
+    """While the demo runs, Ctrl-C and SIGTERM interrupt it (so its `finally` stops the
+    children); while it cleans up, further Ctrl-Cs are ignored.
+
+    The handler is our own, not Python's default one, so `asyncio.run` keeps its hands off
+    it: asyncio turns a Ctrl-C into a cancellation of the main task, which a coroutine can
+    swallow (Python 3.11's `wait_for` does when its inner task finishes at the same moment),
+    and the demo then ran to the end and exited 0. Here the KeyboardInterrupt is raised where
+    the program is, and `INTERRUPTED` stops it at the next step if even that is swallowed."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    INTERRUPTED.clear()
+    previous = signal.signal(signal.SIGINT, _interrupt), signal.signal(signal.SIGTERM, _interrupt)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
 
 
 @contextmanager
@@ -750,7 +769,9 @@ def run(out_dir: Path = DEFAULT_OUT, demo: Demo | None = None) -> int:
     with signals_for_cleanup():
         try:
             demo.run(stack)
-            code = 0
+            code = 130 if INTERRUPTED.is_set() else 0
+            if code:
+                print("\ndemo interrupted", file=sys.stderr)
         except DemoFailed as e:
             demo.failed(str(e), e.child)
         except (ProgramBinaryMissing, LocalnetError) as e:

@@ -9,6 +9,7 @@ import json
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -35,7 +36,7 @@ from svcpay.gate.pricing import Terms
 from svcpay.program.client import BillingClient
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.models import PaymentRequired
-from svcpay.protocol.replay import MemoryReplayStore
+from svcpay.protocol.replay import MemoryReplayStore, ReplayStore, SqliteReplayStore
 from svcpay.schemes.x402_exact.facilitator_client import X402FacilitatorClient
 from svcpay.schemes.x402_exact.wire import CAIP2, decode_json, encode_header
 from tests.gate.test_wsgi import call
@@ -59,6 +60,7 @@ class World:
     facilitator: FakeX402Facilitator
     http: httpx.AsyncClient  # the gated API
     handled: list[str]  # paths the handlers ran for, with what the facilitator had settled
+    facilitator_http: httpx.AsyncClient  # the gate's client of the facilitator
 
     def balance(self) -> int:
         return int(self.chain.token_state(self.pay_to)["amount"])
@@ -102,8 +104,18 @@ async def world(chain: Chain, client: BillingClient) -> AsyncIterator[World]:
     facilitator = FakeX402Facilitator(chain.url, chain.funded_keypair())
     handled: list[str] = []
     fac_http = httpx.AsyncClient(transport=httpx.ASGITransport(app=facilitator.app()))
-    gate = payment_gate(
-        api(handled, facilitator),
+    world = World(chain, mint, owner, pay_to, payer, facilitator, fac_http, handled, fac_http)
+    gate = gate_for(world, client, MemoryReplayStore())
+    transport = httpx.ASGITransport(app=gate, raise_app_exceptions=False)
+    async with fac_http, httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+        world.http = http
+        yield world
+
+
+def gate_for(world: World, client: BillingClient, replay: ReplayStore) -> Any:
+    """The world's API behind a gate of its own (as one worker process has)."""
+    return payment_gate(
+        api(world.handled, world.facilitator),
         pricing={
             "/v1/data": [OneTime(PRICE)],
             "/v1/before": [OneTime(PRICE, settle="before")],
@@ -111,16 +123,15 @@ async def world(chain: Chain, client: BillingClient) -> AsyncIterator[World]:
             "/v1/boom": [OneTime(PRICE)],
             "/v1/both": [OneTime(PRICE), Subscription(str(Pubkey.new_unique()), USDC, 86_400)],
         },
-        terms=x402_terms(mint, owner.pubkey(), facilitator.fee_payer.pubkey()),
+        terms=x402_terms(world.mint, world.owner.pubkey(), world.facilitator.fee_payer.pubkey()),
         memos=Memos(b"x402-gate-memo-secret-0123"),
         trusted_facilitators=set(),
-        replay=MemoryReplayStore(),
+        replay=replay,
         subscriptions=ChainSubscriptions(client),
-        x402_facilitator=X402FacilitatorClient("http://x402-facilitator", http=fac_http),
+        x402_facilitator=X402FacilitatorClient(
+            "http://x402-facilitator", http=world.facilitator_http
+        ),
     )
-    transport = httpx.ASGITransport(app=gate, raise_app_exceptions=False)
-    async with fac_http, httpx.AsyncClient(transport=transport, base_url="http://api") as http:
-        yield World(chain, mint, owner, pay_to, payer, facilitator, http, handled)
 
 
 # -- building payments as an x402 client does ----------------------------------------------
@@ -335,6 +346,38 @@ async def test_a_payment_identifier_returns_the_stored_response(world: World) ->
     _, other = await pay_v2(world, "/v1/data", PAYMENT_ID)  # another payment, same id
     assert other.status_code == 409 and other.json()["error"] == "PaymentIdConflict"
     assert len(world.facilitator.settled) == 1 and world.balance() == PRICE
+
+
+async def test_a_payment_identifier_is_recognised_by_another_worker(
+    world: World, client: BillingClient, tmp_path: Path
+) -> None:
+    """Two gate workers, each with its own SqliteReplayStore on one state file (as the example
+    API's workers have): the ids live beside the replay claims, so a resend that reaches the
+    other worker gets the stored response and pays nothing."""
+    workers = []
+    for _ in range(2):
+        gate = gate_for(world, client, SqliteReplayStore(tmp_path / "state.db"))
+        transport = httpx.ASGITransport(app=gate, raise_app_exceptions=False)
+        workers.append(httpx.AsyncClient(transport=transport, base_url="http://api"))
+    async with workers[0] as a, workers[1] as b:
+        world.http = a
+        header, first = await pay_v2(world, "/v1/data", PAYMENT_ID)
+        assert first.status_code == 200, first.text
+        again = await b.get("/v1/data", headers={"PAYMENT-SIGNATURE": header})
+        assert (again.status_code, again.content) == (200, first.content)
+        assert again.headers["PAYMENT-RESPONSE"] == first.headers["PAYMENT-RESPONSE"]
+        world.http = b
+        _, other = await pay_v2(world, "/v1/data", PAYMENT_ID)  # another payment, same id
+        assert other.status_code == 409 and other.json()["error"] == "PaymentIdConflict"
+        bare = v2_header(await required(world, "/v1/data"), settled_transaction(header))
+        replayed = await b.get("/v1/data", headers={"PAYMENT-SIGNATURE": bare})
+        assert replayed.status_code == 402  # the settled transaction without the id
+    assert len(world.facilitator.settled) == 1 and world.balance() == PRICE
+    assert len(world.handled) == 1
+
+
+def settled_transaction(header: str) -> str:
+    return str(decode_json(header)["payload"]["transaction"])
 
 
 async def test_x402_needs_the_owners_associated_token_account(world: World, chain: Chain) -> None:

@@ -177,12 +177,12 @@ async def test_postgres_store_reconnects_when_its_connection_is_dropped(
     url, table = pg_table
     async with PostgresReplayStore(url, table=table) as store:
         assert await store.claim("tx-1", LATER)
-        assert store._conn is not None
-        backend = store._conn.info.backend_pid
+        assert store._pg.conn is not None
+        backend = store._pg.conn.info.backend_pid
         with psycopg.connect(url, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
         assert not await store.claim("tx-1", LATER)
-        assert store._conn.info.backend_pid != backend
+        assert store._pg.conn.info.backend_pid != backend
         assert await store.claim("tx-2", LATER)
 
 

@@ -34,7 +34,7 @@ from svcpay.protocol.replay import ReplayStore
 from svcpay.protocol.verify import RemoteVerifier
 from svcpay.schemes.subscription.server import Meter, Subscriptions, SubscriptionView
 from svcpay.schemes.x402_exact.facilitator_client import X402Facilitator
-from svcpay.schemes.x402_exact.idempotency import PaymentIds
+from svcpay.schemes.x402_exact.idempotency import PaymentIdStore
 
 __all__ = ["Meter", "PaymentGate", "Subscriptions", "SubscriptionView", "payment_gate"]
 
@@ -62,7 +62,7 @@ class PaymentGate:
         remote: RemoteVerifier | None = None,
         serves: Callable[[Scope], bool] | None = None,
         x402_facilitator: X402Facilitator | None = None,
-        payment_ids: PaymentIds | None = None,
+        payment_ids: PaymentIdStore | None = None,
     ) -> None:
         """`remote` (e.g. FacilitatorVerifier) replaces the offline signature check with
         the facilitator's POST /verify; memo and replay checks stay here. `serves(scope)`
@@ -74,7 +74,7 @@ class PaymentGate:
         that wallet's associated token account, or `terms.fee_payer` is missing):
         `x402_facilitator` verifies and settles (default: an X402FacilitatorClient of
         `terms.facilitator`); `payment_ids` keeps the payment-identifier responses
-        (default: an in-process PaymentIds)."""
+        (default: beside `replay`, see `idempotency.shared_with`)."""
         self.app = app
         self.core = GateCore(
             routes,

@@ -22,7 +22,7 @@ from svcpay.protocol.verify import RemoteVerifier
 from svcpay.schemes.decision import ADMIT, Admit, RawHeaders, Reply, Request
 from svcpay.schemes.subscription.server import Meter, Subscriptions, SubscriptionScheme
 from svcpay.schemes.svcpay_proof.server import ProofScheme
-from svcpay.schemes.x402_exact.idempotency import PaymentIds
+from svcpay.schemes.x402_exact.idempotency import PaymentIdStore
 from svcpay.schemes.x402_exact.server import X402Facilitator, X402Server
 
 __all__ = ["ADMIT", "Admit", "GateCore", "RawHeaders", "Reply", "Request", "under"]
@@ -41,7 +41,7 @@ class GateCore:
     meter: Meter | None = None
     remote: RemoteVerifier | None = None
     x402_facilitator: X402Facilitator | None = None
-    payment_ids: PaymentIds | None = None
+    payment_ids: PaymentIdStore | None = None
     _prefixes: list[tuple[str, list[PricingEntry]]] = field(init=False)
 
     def __post_init__(self) -> None:

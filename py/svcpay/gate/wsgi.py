@@ -44,7 +44,7 @@ from svcpay.protocol.memo import Memos
 from svcpay.protocol.replay import ReplayStore
 from svcpay.protocol.verify import RemoteVerifier
 from svcpay.schemes.x402_exact.facilitator_client import X402Facilitator
-from svcpay.schemes.x402_exact.idempotency import PaymentIds
+from svcpay.schemes.x402_exact.idempotency import PaymentIdStore
 
 __all__ = ["PaymentGateWSGI", "payment_gate_wsgi"]
 
@@ -74,7 +74,7 @@ class PaymentGateWSGI:
         remote: RemoteVerifier | None = None,
         serves: Callable[[Scope], bool] | None = None,
         x402_facilitator: X402Facilitator | None = None,
-        payment_ids: PaymentIds | None = None,
+        payment_ids: PaymentIdStore | None = None,
     ) -> None:
         """`serves(scope)`: whether `app` has a route for the request's path and method (a
         WSGI app's routes cannot be read: without it every gated request is priced). The

@@ -10,32 +10,19 @@ changes; its claims take one round trip each. The table is created if missing.
 
 from __future__ import annotations
 
-import asyncio
 import time
-import zlib
-from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import TypeVar
 
 from svcpay._extras import missing_extra
 
 try:
-    import psycopg
     from psycopg import sql
-    from psycopg.rows import TupleRow
+
+    from svcpay.protocol.pg import Connection, PgConnection, libpq_url
 except ImportError as e:
     raise missing_extra("svcpay.protocol.replay_postgres", ["postgres"], e.name) from None
 
-Connection = psycopg.AsyncConnection[TupleRow]
-T = TypeVar("T")
-
-
-def libpq_url(url: str) -> str:
-    """`url` without an SQLAlchemy driver suffix (postgresql+psycopg:// -> postgresql://)."""
-    scheme, sep, rest = url.partition("://")
-    if sep and scheme.split("+")[0] in ("postgresql", "postgres"):
-        return f"postgresql://{rest}"
-    return url
+__all__ = ["PostgresReplayStore", "libpq_url"]
 
 
 class PostgresReplayStore:
@@ -45,10 +32,9 @@ class PostgresReplayStore:
         """`table` may be schema-qualified ("billing.used_proofs")."""
         self.url = libpq_url(url)
         self.table = table
-        self.connect_timeout = connect_timeout
         parts = table.split(".")
         t = sql.Identifier(*parts)
-        self._schema = [
+        schema = [
             sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {t} (key TEXT PRIMARY KEY, expires_at BIGINT NOT NULL)"
             ).format(t=t),
@@ -64,10 +50,13 @@ class PostgresReplayStore:
         ).format(t=t)
         self._release_sql = sql.SQL("DELETE FROM {t} WHERE key = %s").format(t=t)
         self._purge_sql = sql.SQL("DELETE FROM {t} WHERE expires_at < %s").format(t=t)
-        self._schema_lock_id = zlib.crc32(f"svcpay.replay:{table}".encode())
-        self._conn: Connection | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._lock: asyncio.Lock | None = None
+        self._pg = PgConnection(
+            self.url,
+            schema,
+            lock_name=f"svcpay.replay:{table}",
+            application_name="svcpay-replay",
+            connect_timeout=connect_timeout,
+        )
         self._next_sweep = 0
 
     # -- the ReplayStore interface -------------------------------------------------------------
@@ -81,13 +70,13 @@ class PostgresReplayStore:
             cur = await conn.execute(self._claim_sql, (key, expires_at, now))
             return await cur.fetchone() is not None
 
-        return await self._run(op)
+        return await self._pg.run(op)
 
     async def release(self, key: str) -> None:
         async def op(conn: Connection) -> None:
             await conn.execute(self._release_sql, (key,))
 
-        await self._run(op)
+        await self._pg.run(op)
 
     # -- extras --------------------------------------------------------------------------------
 
@@ -100,15 +89,10 @@ class PostgresReplayStore:
             self._next_sweep = now + self.SWEEP_SECS
             return max(cur.rowcount, 0)
 
-        return await self._run(op)
+        return await self._pg.run(op)
 
     async def aclose(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None and not conn.closed:
-            if self._loop is asyncio.get_running_loop():
-                await conn.close()
-            else:
-                conn.pgconn.finish()
+        await self._pg.aclose()
 
     async def __aenter__(self) -> PostgresReplayStore:
         return self
@@ -120,46 +104,3 @@ class PostgresReplayStore:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-    # -- the connection ------------------------------------------------------------------------
-
-    async def _run(self, op: Callable[[Connection], Awaitable[T]]) -> T:
-        """Runs `op` on the store's connection, one task at a time. A connection found dead
-        (server restart, idle timeout) is replaced and `op` runs once more. (Should it die
-        mid-claim after the claim committed, the second run finds the key taken and refuses
-        it: a replay is never let through.)"""
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # a connection and a lock serve one event loop
-            if self._conn is not None and not self._conn.closed:
-                self._conn.pgconn.finish()
-            self._conn, self._loop, self._lock = None, loop, asyncio.Lock()
-        assert self._lock is not None
-        async with self._lock:
-            for retry in (False, True):
-                conn = await self._connection()
-                try:
-                    return await op(conn)
-                except psycopg.OperationalError:
-                    if retry or not conn.broken:
-                        raise
-            raise AssertionError("unreachable")
-
-    async def _connection(self) -> Connection:
-        if self._conn is None or self._conn.closed:
-            conn = await psycopg.AsyncConnection.connect(
-                self.url,
-                autocommit=True,
-                connect_timeout=self.connect_timeout,
-                application_name="svcpay-replay",
-            )
-            try:
-                # Concurrent CREATE TABLE IF NOT EXISTS can still collide: serialise them.
-                async with conn.transaction():
-                    await conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._schema_lock_id,))
-                    for statement in self._schema:
-                        await conn.execute(statement)
-            except BaseException:
-                await conn.close()
-                raise
-            self._conn = conn
-        return self._conn

@@ -2,84 +2,253 @@
 with the same payload gets the response it got the first time, without paying again; the
 same id with another payload gets 409.
 
-In process and bounded: at most `max_entries` ids (the oldest go first) for `ttl` seconds
-each, and responses up to `max_body` bytes (a larger one is served but not kept, so its
-resend is treated as a new payment: the facilitator refuses the settled transaction).
-Processes behind one load balancer each keep their own: a resend that reaches another
-process is not recognised (it fails as a replayed transaction instead).
+An id is kept for `ttl` seconds, with the response up to `max_body` bytes (a larger one is
+served but not kept, so its resend is treated as a new payment: the facilitator refuses the
+settled transaction). While its first request is being served, a resend gets 409 with
+Retry-After; an id whose first request has not finished within `pending_ttl` seconds (its
+process died) may be taken again by the same payload.
+
+Three stores, as for replay claims (svcpay.protocol.replay): in memory for one process
+(bounded to `max_entries` ids), SQLite for processes on one machine, PostgreSQL
+(idempotency_postgres) for processes on several. The gate shares the store with its replay
+store by default (`shared_with`), so a resend that reaches another worker is recognised.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import sqlite3
+import threading
 import time
 from collections import OrderedDict
+from contextlib import closing
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
+from svcpay.protocol.replay import ReplayStore, SqliteReplayStore
 from svcpay.schemes.decision import RawHeaders, Reply
 
-
-@dataclass(slots=True)
-class _Entry:
-    fingerprint: bytes
-    expires: float
-    reply: Reply | None = None  # None while the first request is being served
+TTL = 3600.0
+PENDING_TTL = 300.0
+MAX_BODY = 1 << 20
 
 
-class PaymentIds:
-    def __init__(
-        self, max_entries: int = 10_000, ttl: float = 3600.0, max_body: int = 1 << 20
-    ) -> None:
-        self.max_entries, self.ttl, self.max_body = max_entries, ttl, max_body
-        self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
-
-    @staticmethod
-    def fingerprint(payload: dict[str, Any]) -> bytes:
-        """The exact payload (canonical JSON): a lookup happens before verification, so
-        only the very same signed payload may see the stored response."""
-        canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).digest()
-
-    def begin(self, scope: str, pid: str, fingerprint: bytes) -> Reply | None:
+class PaymentIdStore(Protocol):
+    async def begin(self, scope: str, pid: str, fingerprint: bytes) -> Reply | None:
         """None: a new id, now held for this request (`finish` or `abandon` it). Else the
         answer: the stored response, or 409 (another payload; or the first request with
         this id is still being served)."""
-        now = time.monotonic()
-        key = (scope, pid)
-        entry = self._entries.get(key)
-        if entry is not None and entry.expires < now:
-            del self._entries[key]
-            entry = None
-        if entry is None:
-            self._entries[key] = _Entry(fingerprint, now + self.ttl)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
-            return None
-        if entry.fingerprint != fingerprint:
-            return _conflict("this payment id was used with another payment", retry=False)
-        if entry.reply is None:
-            return _conflict("the request with this payment id is still being served", True)
-        return entry.reply
+        ...
 
-    def finish(self, scope: str, pid: str, status: int, headers: RawHeaders, body: bytes) -> None:
+    async def finish(
+        self, scope: str, pid: str, status: int, headers: RawHeaders, body: bytes
+    ) -> None:
         """Stores the response sent for the paid request (as it was sent)."""
-        entry = self._entries.get((scope, pid))
-        if entry is None:
-            return
-        if len(body) > self.max_body:
-            del self._entries[(scope, pid)]
-            return
-        entry.reply = Reply(status, list(headers), body)
+        ...
 
-    def abandon(self, scope: str, pid: str) -> None:
+    async def abandon(self, scope: str, pid: str) -> None:
         """Forgets an id whose request was not paid for (it may be tried again)."""
-        entry = self._entries.get((scope, pid))
-        if entry is not None and entry.reply is None:
-            del self._entries[(scope, pid)]
+        ...
+
+
+def fingerprint(payload: dict[str, Any]) -> bytes:
+    """The exact payload (canonical JSON): a lookup happens before verification, so only the
+    very same signed payload may see the stored response."""
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).digest()
+
+
+def shared_with(replay: ReplayStore) -> PaymentIdStore:
+    """The payment-id store that lives where `replay` does: the same SQLite file, the same
+    PostgreSQL database (and schema), or this process's memory."""
+    if isinstance(replay, SqliteReplayStore):
+        return SqlitePaymentIds(replay.path)
+    if type(replay).__module__ == "svcpay.protocol.replay_postgres":  # psycopg is installed
+        from svcpay.protocol.replay_postgres import PostgresReplayStore
+        from svcpay.schemes.x402_exact.idempotency_postgres import PostgresPaymentIds
+
+        if isinstance(replay, PostgresReplayStore):
+            schema, dot, _ = replay.table.rpartition(".")
+            return PostgresPaymentIds(replay.url, table=f"{schema}{dot}payment_ids")
+    return MemoryPaymentIds()
+
+
+@dataclass(slots=True)
+class Entry:
+    """One id as a store holds it; `reply` is None while its first request is served."""
+
+    fingerprint: bytes
+    expires: float
+    pending_until: float
+    reply: Reply | None = None
+
+    def live(self, now: float) -> bool:
+        return self.expires >= now and (self.reply is not None or self.pending_until >= now)
+
+
+def answer(entry: Entry, fingerprint: bytes) -> Reply:
+    """What a live entry answers a request that carries its id."""
+    if entry.fingerprint != fingerprint:
+        return _conflict("this payment id was used with another payment", retry=False)
+    if entry.reply is None:
+        return _conflict("the request with this payment id is still being served", retry=True)
+    return entry.reply
 
 
 def _conflict(message: str, retry: bool) -> Reply:
     headers: RawHeaders = [(b"retry-after", b"1")] if retry else []
     return Reply.json(409, {"error": "PaymentIdConflict", "message": message}, headers)
+
+
+def encode_headers(headers: RawHeaders) -> str:
+    return json.dumps([[k.decode("latin-1"), v.decode("latin-1")] for k, v in headers])
+
+
+def decode_headers(text: str) -> RawHeaders:
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in json.loads(text)]
+
+
+class MemoryPaymentIds:
+    """For one process: at most `max_entries` ids (the oldest go first)."""
+
+    def __init__(
+        self,
+        max_entries: int = 10_000,
+        ttl: float = TTL,
+        max_body: int = MAX_BODY,
+        pending_ttl: float = PENDING_TTL,
+    ) -> None:
+        self.max_entries, self.ttl, self.max_body = max_entries, ttl, max_body
+        self.pending_ttl = pending_ttl
+        self._entries: OrderedDict[tuple[str, str], Entry] = OrderedDict()
+        self._lock = threading.Lock()  # a WSGI gate's loop and its callers' threads
+
+    async def begin(self, scope: str, pid: str, fingerprint: bytes) -> Reply | None:
+        now = time.time()
+        with self._lock:
+            entry = self._entries.get((scope, pid))
+            if entry is not None and entry.live(now):
+                return answer(entry, fingerprint)
+            self._entries[(scope, pid)] = Entry(fingerprint, now + self.ttl, now + self.pending_ttl)
+            self._entries.move_to_end((scope, pid))
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+            return None
+
+    async def finish(
+        self, scope: str, pid: str, status: int, headers: RawHeaders, body: bytes
+    ) -> None:
+        with self._lock:
+            entry = self._entries.get((scope, pid))
+            if entry is None or entry.reply is not None:
+                return
+            if len(body) > self.max_body:
+                del self._entries[(scope, pid)]
+                return
+            entry.reply = Reply(status, list(headers), body)
+
+    async def abandon(self, scope: str, pid: str) -> None:
+        with self._lock:
+            entry = self._entries.get((scope, pid))
+            if entry is not None and entry.reply is None:
+                del self._entries[(scope, pid)]
+
+
+class SqlitePaymentIds:
+    """For processes on one machine: a table in an SQLite file (WAL), which may be the replay
+    store's. A `begin` is one write transaction, so two processes cannot both take an id."""
+
+    SWEEP_SECS = 30
+    SCHEMA = (
+        "CREATE TABLE IF NOT EXISTS payment_ids (scope TEXT NOT NULL, pid TEXT NOT NULL, "
+        "fingerprint BLOB NOT NULL, expires_at REAL NOT NULL, pending_until REAL NOT NULL, "
+        "status INTEGER, headers TEXT, body BLOB, PRIMARY KEY (scope, pid))"
+    )
+
+    def __init__(
+        self,
+        path: str | Path,
+        ttl: float = TTL,
+        max_body: int = MAX_BODY,
+        pending_ttl: float = PENDING_TTL,
+    ) -> None:
+        self.path = str(path)
+        self.ttl, self.max_body, self.pending_ttl = ttl, max_body, pending_ttl
+        self._next_sweep = 0.0
+        with closing(self._connect()) as db:
+            db.execute(self.SCHEMA)
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        return db
+
+    def _begin(self, scope: str, pid: str, fingerprint: bytes) -> Reply | None:
+        now = time.time()
+        with closing(self._connect()) as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                result = self._take(db, now, scope, pid, fingerprint)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return result
+
+    def _take(
+        self, db: sqlite3.Connection, now: float, scope: str, pid: str, fingerprint: bytes
+    ) -> Reply | None:
+        if now >= self._next_sweep:
+            db.execute("DELETE FROM payment_ids WHERE expires_at < ?", (now,))
+            self._next_sweep = now + self.SWEEP_SECS
+        row = db.execute(
+            "SELECT fingerprint, expires_at, pending_until, status, headers, body "
+            "FROM payment_ids WHERE scope = ? AND pid = ?",
+            (scope, pid),
+        ).fetchone()
+        if row is not None:
+            reply = None if row[3] is None else Reply(row[3], decode_headers(row[4]), row[5])
+            entry = Entry(row[0], row[1], row[2], reply)
+            if entry.live(now):
+                return answer(entry, fingerprint)
+        db.execute(
+            "INSERT OR REPLACE INTO payment_ids (scope, pid, fingerprint, expires_at, "
+            "pending_until) VALUES (?, ?, ?, ?, ?)",
+            (scope, pid, fingerprint, now + self.ttl, now + self.pending_ttl),
+        )
+        return None
+
+    async def begin(self, scope: str, pid: str, fingerprint: bytes) -> Reply | None:
+        return await asyncio.to_thread(self._begin, scope, pid, fingerprint)
+
+    def _finish(self, scope: str, pid: str, status: int, headers: RawHeaders, body: bytes) -> None:
+        with closing(self._connect()) as db:
+            if len(body) > self.max_body:
+                db.execute(
+                    "DELETE FROM payment_ids WHERE scope = ? AND pid = ? AND status IS NULL",
+                    (scope, pid),
+                )
+                return
+            db.execute(
+                "UPDATE payment_ids SET status = ?, headers = ?, body = ? "
+                "WHERE scope = ? AND pid = ? AND status IS NULL",
+                (status, encode_headers(headers), body, scope, pid),
+            )
+
+    async def finish(
+        self, scope: str, pid: str, status: int, headers: RawHeaders, body: bytes
+    ) -> None:
+        await asyncio.to_thread(self._finish, scope, pid, status, headers, body)
+
+    def _abandon(self, scope: str, pid: str) -> None:
+        with closing(self._connect()) as db:
+            db.execute(
+                "DELETE FROM payment_ids WHERE scope = ? AND pid = ? AND status IS NULL",
+                (scope, pid),
+            )
+
+    async def abandon(self, scope: str, pid: str) -> None:
+        await asyncio.to_thread(self._abandon, scope, pid)

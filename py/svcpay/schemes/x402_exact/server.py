@@ -38,7 +38,7 @@ from svcpay.schemes.x402_exact.facilitator_client import (
     X402Facilitator,
     X402FacilitatorClient,
 )
-from svcpay.schemes.x402_exact.idempotency import PaymentIds
+from svcpay.schemes.x402_exact.idempotency import PaymentIdStore, fingerprint, shared_with
 from svcpay.schemes.x402_exact.wire import (
     PAYMENT_IDENTIFIER,
     SCHEME,
@@ -97,7 +97,8 @@ def check_x402_terms(terms: Terms) -> None:
 
 class X402Server:
     """x402 on one gate. `facilitator` defaults to an `X402FacilitatorClient` of
-    `Terms.facilitator`; `payment_ids` to an in-process `PaymentIds`."""
+    `Terms.facilitator`; `payment_ids` to a store beside `replay`'s
+    (`idempotency.shared_with`)."""
 
     def __init__(
         self,
@@ -106,7 +107,7 @@ class X402Server:
         replay: ReplayStore,
         facilitator: X402Facilitator | None = None,
         *,
-        payment_ids: PaymentIds | None = None,
+        payment_ids: PaymentIdStore | None = None,
     ) -> None:
         check_x402_terms(terms)
         if facilitator is None:
@@ -114,7 +115,7 @@ class X402Server:
                 raise ValueError("x402 needs a facilitator: set Terms.facilitator (its URL)")
             facilitator = X402FacilitatorClient(terms.facilitator)
         self.terms, self.memos, self.replay, self.facilitator = terms, memos, replay, facilitator
-        self.payment_ids = payment_ids if payment_ids is not None else PaymentIds()
+        self.payment_ids = payment_ids if payment_ids is not None else shared_with(replay)
         self.network = caip2(terms.network)
         self.network_v1 = v1_network(terms.network)
         self._declaration = {PAYMENT_IDENTIFIER: payment_identifier_declaration()}
@@ -192,19 +193,18 @@ class X402Server:
         except ProtocolError as e:
             return Reply.json(400, {"error": "InvalidPaymentHeader", "message": f"{name}: {e}"})
         # Looked up before verification: a resend may no longer verify once settled.
-        fingerprint = PaymentIds.fingerprint(data) if pid is not None else b""
         if pid is not None and (
-            stored := self.payment_ids.begin(request.resource, pid, fingerprint)
+            stored := await self.payment_ids.begin(request.resource, pid, fingerprint(data))
         ):
             return stored
         payment = _Payment(self, request, pricing, payment_required, version, data, pid)
         try:
             decision = await payment.check(payload.payload.transaction, payload)
         except BaseException:
-            payment.abandon_id()
+            await payment.abandon_id()
             raise
         if isinstance(decision, Reply):
-            payment.abandon_id()
+            await payment.abandon_id()
         return decision
 
     async def settle(self, payment: _Payment) -> SettleResponse | Reply:
@@ -344,13 +344,15 @@ class _Payment:
             key, self.claim = self.claim, None
             await self.server.replay.release(key)
 
-    def abandon_id(self) -> None:
+    async def abandon_id(self) -> None:
         if self.pid is not None:
-            self.server.payment_ids.abandon(self.request.resource, self.pid)
+            await self.server.payment_ids.abandon(self.request.resource, self.pid)
 
-    def keep(self, status: int, headers: RawHeaders, body: bytes) -> None:
+    async def keep(self, status: int, headers: RawHeaders, body: bytes) -> None:
         if self.pid is not None:
-            self.server.payment_ids.finish(self.request.resource, self.pid, status, headers, body)
+            await self.server.payment_ids.finish(
+                self.request.resource, self.pid, status, headers, body
+            )
 
 
 class _Paid(Admit):
@@ -381,11 +383,11 @@ class _Paid(Admit):
         payment = self.payment
         if self.receipt is None:  # the handler failed or settling did: nothing was paid
             await payment.release()
-            payment.abandon_id()
+            await payment.abandon_id()
         elif status is not None and body is not None and self.sent:
-            payment.keep(status, self.sent, body)
+            await payment.keep(status, self.sent, body)
         else:
-            payment.abandon_id()
+            await payment.abandon_id()
 
 
 def unavailable(error: FacilitatorUnavailable) -> Reply:

@@ -2,8 +2,8 @@
 
 Each method takes the request's `params` list and returns the `result` value, or raises
 RpcError; how many parameters it takes is checked first, with agave's errors (ARITY). Only
-what solana-py and svcpay use is implemented; any other method gets JSON-RPC's
-"method not found".
+what solana-py, svcpay and the payment SDKs use is implemented (token accounts in
+`jsonParsed` included: token_json.py); any other method gets JSON-RPC's "method not found".
 
 Reads honour `commitment` (see node.py): `processed` and `confirmed` see the tip, `finalized`
 (the default, as on a cluster) sees the state FINALITY_SLOTS behind it, and `context.slot` is
@@ -23,6 +23,7 @@ from solders.pubkey import Pubkey
 
 from svcpay.localnet.methods_tx import TransactionMethods
 from svcpay.localnet.node import RECENT_BLOCKHASHES, Node, TimeTravelError
+from svcpay.localnet.parsed import TOKEN, mint_decimals, ui_token_amount
 from svcpay.localnet.rpc_errors import (
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
@@ -31,8 +32,13 @@ from svcpay.localnet.rpc_errors import (
     param,
     pubkey,
 )
+from svcpay.localnet.token_json import (
+    NATIVE_MINT,
+    PROGRAM_NAMES,
+    parse_token,
+    token_account_fields,
+)
 
-TOKEN_PROGRAM = "TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA"
 VERSION = {"solana-core": "3.0.0-svcpay-localnet", "feature-set": 0}
 # (required, total) positional parameters of each method, as agave declares them
 ARITY = {
@@ -40,6 +46,7 @@ ARITY = {
     **dict.fromkeys(("getSlot", "getBlockHeight", "getEpochInfo", "getLatestBlockhash"), (0, 1)),
     "requestAirdrop": (2, 3),
     "surfnet_timeTravel": (1, 1),
+    "getTokenAccountsByOwner": (2, 3),
 }
 
 __all__ = ["Methods", "RpcError"]
@@ -144,28 +151,38 @@ class Methods(TransactionMethods):
         return self.node.epoch_info()
 
     # -- accounts -----------------------------------------------------------------------
-    def _account_json(self, acct: Account | None, config: dict[str, Any]) -> dict[str, Any] | None:
+    def _account_json(
+        self, acct: Account | None, config: dict[str, Any], level: str
+    ) -> dict[str, Any] | None:
         if acct is None or (acct.lamports == 0 and not acct.data):
             return None
         encoding = config.get("encoding", "base64")
         data = bytes(acct.data)
-        if (s := config.get("dataSlice")) is not None:
-            offset, length = (
-                (s.get("offset"), s.get("length")) if isinstance(s, dict) else (None, None)
-            )
-            if not (
-                isinstance(offset, int) and isinstance(length, int) and offset >= 0 and length >= 0
-            ):
-                raise RpcError(
-                    INVALID_PARAMS, "Invalid param: dataSlice needs offset and length >= 0"
-                )
-            data = data[offset : offset + length]
-        if encoding in ("base64", "jsonParsed"):
-            encoded: Any = [base64.b64encode(data).decode(), "base64"]
-        elif encoding == "base58":
-            encoded = [base58.b58encode(data).decode(), "base58"]
+        if encoding == "jsonParsed" and (
+            parsed := parse_token(str(acct.owner), data, lambda mint: self._decimals(mint, level))
+        ):
+            encoded: Any = parsed  # agave ignores dataSlice for what it parses
         else:
-            raise RpcError(INVALID_PARAMS, f"Invalid param: unsupported encoding {encoding!r}")
+            if (s := config.get("dataSlice")) is not None:
+                offset, length = (
+                    (s.get("offset"), s.get("length")) if isinstance(s, dict) else (None, None)
+                )
+                if not (
+                    isinstance(offset, int)
+                    and isinstance(length, int)
+                    and offset >= 0
+                    and length >= 0
+                ):
+                    raise RpcError(
+                        INVALID_PARAMS, "Invalid param: dataSlice needs offset and length >= 0"
+                    )
+                data = data[offset : offset + length]
+            if encoding in ("base64", "jsonParsed"):
+                encoded = [base64.b64encode(data).decode(), "base64"]
+            elif encoding == "base58":
+                encoded = [base58.b58encode(data).decode(), "base58"]
+            else:
+                raise RpcError(INVALID_PARAMS, f"Invalid param: unsupported encoding {encoding!r}")
         return {
             "data": encoded,
             "executable": acct.executable,
@@ -175,16 +192,26 @@ class Methods(TransactionMethods):
             "space": len(acct.data),
         }
 
+    def _decimals(self, mint: bytes, level: str) -> int | None:
+        """A mint's decimals as agave's token parsing reads them (None: no such mint)."""
+        address = Pubkey.from_bytes(mint)
+        if str(address) == NATIVE_MINT:
+            return 9
+        acct = self.node.get_account(address, level)
+        return None if acct is None else mint_decimals(str(acct.owner), bytes(acct.data))
+
     def rpc_getAccountInfo(self, params: list[Any]) -> dict[str, Any]:
         address = pubkey(param(params, 0, "pubkey"))
         config, level = self._level(params, 1)
-        value = self._account_json(self.node.get_account(address, level), config)
+        value = self._account_json(self.node.get_account(address, level), config, level)
         return self._context(value, self.node.slot_at(level))
 
     def rpc_getMultipleAccounts(self, params: list[Any]) -> dict[str, Any]:
         addresses = [pubkey(a) for a in param(params, 0, "pubkeys")]
         config, level = self._level(params, 1)
-        value = [self._account_json(self.node.get_account(a, level), config) for a in addresses]
+        value = [
+            self._account_json(self.node.get_account(a, level), config, level) for a in addresses
+        ]
         return self._context(value, self.node.slot_at(level))
 
     def rpc_getBalance(self, params: list[Any]) -> dict[str, Any]:
@@ -201,7 +228,8 @@ class Methods(TransactionMethods):
         for address, acct in self.node.program_accounts(program, level):
             data = bytes(acct.data)
             if all(_matches(f, data) for f in filters):
-                out.append({"pubkey": str(address), "account": self._account_json(acct, config)})
+                account = self._account_json(acct, config, level)
+                out.append({"pubkey": str(address), "account": account})
         return self._context(out, self.node.slot_at(level)) if config.get("withContext") else out
 
     def rpc_getTokenAccountBalance(self, params: list[Any]) -> dict[str, Any]:
@@ -211,27 +239,56 @@ class Methods(TransactionMethods):
             raise RpcError(INVALID_PARAMS, "Invalid params: config must be an object")
         level = commitment(config)  # its only option: no minContextSlot here
         acct = self.node.get_account(address, level)
-        if acct is None or str(acct.owner) != TOKEN_PROGRAM or len(acct.data) != 165:
+        if acct is None:
+            raise RpcError(INVALID_PARAMS, "Invalid param: could not find account")
+        fields = token_account_fields(str(acct.owner), bytes(acct.data))
+        if fields is None:
             raise RpcError(INVALID_PARAMS, "Invalid param: not a Token account")
-        data = bytes(acct.data)
-        mint = self.node.get_account(Pubkey.from_bytes(data[:32]), level)
-        decimals = bytes(mint.data)[44] if mint is not None else 0
-        amount = int.from_bytes(data[64:72], "little")
-        ui = amount / 10**decimals
-        ui_string = (
-            f"{amount / 10**decimals:.{decimals}f}".rstrip("0").rstrip(".")
-            if decimals
-            else str(amount)
-        )
-        return self._context(
-            {
-                "amount": str(amount),
-                "decimals": decimals,
-                "uiAmount": ui,
-                "uiAmountString": ui_string,
-            },
-            self.node.slot_at(level),
-        )
+        mint, _, amount = fields
+        _, decimals = self._mint(Pubkey.from_bytes(mint), level)
+        return self._context(ui_token_amount(amount, decimals), self.node.slot_at(level))
+
+    def _mint(self, mint: Pubkey, level: str) -> tuple[str, int]:
+        """(token program, decimals) of `mint`, refused as agave refuses a bad one."""
+        if str(mint) == NATIVE_MINT:
+            return TOKEN, 9
+        acct = self.node.get_account(mint, level)
+        if acct is None:
+            raise RpcError(INVALID_PARAMS, "Invalid param: could not find mint")
+        decimals = mint_decimals(str(acct.owner), bytes(acct.data))
+        if decimals is None:
+            raise RpcError(INVALID_PARAMS, "Invalid param: Token mint could not be unpacked")
+        return str(acct.owner), decimals
+
+    def rpc_getTokenAccountsByOwner(self, params: list[Any]) -> dict[str, Any]:
+        owner = pubkey(param(params, 0, "pubkey"))
+        which = param(params, 1, "filter")
+        if not isinstance(which, dict) or len(which) != 1 or not {"mint", "programId"} & set(which):
+            raise RpcError(INVALID_PARAMS, "Invalid params: expected {mint} or {programId}")
+        config, level = self._level(params, 2)
+        if "mint" in which:
+            mint: Pubkey | None = pubkey(which["mint"])
+            assert mint is not None
+            program, _ = self._mint(mint, level)
+            if program not in PROGRAM_NAMES:
+                raise RpcError(INVALID_PARAMS, "Invalid param: not a Token mint")
+        else:
+            mint, program = None, str(pubkey(which["programId"]))
+            if program not in PROGRAM_NAMES:
+                raise RpcError(INVALID_PARAMS, "Invalid param: unrecognized Token program id")
+        found = []
+        for address, acct in self.node.program_accounts(Pubkey.from_string(program), level):
+            fields = token_account_fields(program, bytes(acct.data))
+            if fields is None or fields[1] != bytes(owner):
+                continue
+            if mint is None or fields[0] == bytes(mint):
+                found.append((bytes(address), address, acct))
+        found.sort(key=lambda row: row[0])
+        value = [
+            {"pubkey": str(address), "account": self._account_json(acct, config, level)}
+            for _, address, acct in found
+        ]
+        return self._context(value, self.node.slot_at(level))
 
     def rpc_requestAirdrop(self, params: list[Any]) -> str:
         address = pubkey(param(params, 0, "pubkey"))

@@ -29,7 +29,7 @@ from svcpay.protocol.replay import MemoryReplayStore
 ROOT = Path(__file__).resolve().parents[2]
 SECONDS = 4
 PROOFS = 40_000
-X402_PAYMENTS = 15_000
+X402_PAYMENTS = 40_000  # more than 4 s of x402 requests use: each is distinct
 
 
 def free_port() -> int:

@@ -9,58 +9,16 @@ from typing import Any
 import pytest
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
-from solders.system_program import CreateAccountParams, create_account
 from spl.token.constants import TOKEN_2022_PROGRAM_ID, TOKEN_PROGRAM_ID
-from spl.token.instructions import (
-    approve,
-    create_associated_token_account,
-    get_associated_token_address,
-    initialize_mint,
-    mint_to,
-)
-from spl.token.models import ApproveParams, InitializeMintParams, MintToParams
+from spl.token.instructions import approve
+from spl.token.models import ApproveParams
 
 from tests.support.chain import Chain, RpcError
 
+T22 = TOKEN_2022_PROGRAM_ID
 CONFIRMED = {"commitment": "confirmed"}
 PARSED = {"encoding": "jsonParsed", "commitment": "confirmed"}
 BIG = 123_456_789_012_345_678  # more digits than a float holds
-
-
-def token_2022_mint(chain: Chain, decimals: int) -> Pubkey:
-    mint = Keypair()
-    create = CreateAccountParams(
-        from_pubkey=chain.payer.pubkey(),
-        to_pubkey=mint.pubkey(),
-        lamports=chain.minimum_balance(82),
-        space=82,
-        owner=TOKEN_2022_PROGRAM_ID,
-    )
-    init = InitializeMintParams(
-        decimals=decimals,
-        program_id=TOKEN_2022_PROGRAM_ID,
-        mint=mint.pubkey(),
-        mint_authority=chain.payer.pubkey(),
-        freeze_authority=chain.payer.pubkey(),
-    )
-    chain.send_ok([create_account(create), initialize_mint(init)], [chain.payer, mint])
-    return mint.pubkey()
-
-
-def token_2022_account(chain: Chain, owner: Pubkey, mint: Pubkey, amount: int) -> Pubkey:
-    ata = get_associated_token_address(owner, mint, TOKEN_2022_PROGRAM_ID)
-    create = create_associated_token_account(
-        chain.payer.pubkey(), owner, mint, token_program_id=TOKEN_2022_PROGRAM_ID
-    )
-    params = MintToParams(
-        program_id=TOKEN_2022_PROGRAM_ID,
-        mint=mint,
-        dest=ata,
-        mint_authority=chain.payer.pubkey(),
-        amount=amount,
-    )
-    chain.send_ok([create, mint_to(params)], [chain.payer])
-    return ata
 
 
 def parsed(chain: Chain, address: Pubkey) -> Any:
@@ -124,8 +82,8 @@ def test_spl_token_accounts_and_mints_are_parsed(chain: Chain) -> None:
 
 def test_token_2022_accounts_show_their_extensions(chain: Chain) -> None:
     owner = Keypair().pubkey()
-    mint = token_2022_mint(chain, decimals=0)
-    ata = token_2022_account(chain, owner, mint, 42)
+    mint = chain.create_mint(0, program_id=T22, freeze_authority=chain.payer.pubkey())
+    ata = chain.token_account(owner, mint, 42, program_id=T22)
     assert parsed(chain, ata) == {
         "program": "spl-token-2022",
         "parsed": {
@@ -150,7 +108,7 @@ def test_token_accounts_by_owner(chain: Chain) -> None:
     owner = Keypair().pubkey()
     mints = [chain.create_mint(decimals=2) for _ in range(2)]
     atas = [chain.token_account(owner, m, 150) for m in mints]
-    other_2022 = token_2022_account(chain, owner, token_2022_mint(chain, 3), 7)
+    other_2022 = chain.token_account(owner, chain.create_mint(3, program_id=T22), 7, program_id=T22)
     chain.token_account(Keypair().pubkey(), mints[0], 1)  # someone else's
 
     def by(which: dict[str, str], config: dict[str, Any]) -> list[Any]:

@@ -19,16 +19,11 @@ from solders.keypair import Keypair
 from solders.message import to_bytes_versioned
 from solders.pubkey import Pubkey
 from solders.signature import Signature
-from solders.system_program import CreateAccountParams, create_account
 from solders.transaction import VersionedTransaction
 from spl.token.constants import TOKEN_2022_PROGRAM_ID, TOKEN_PROGRAM_ID
 from spl.token.instructions import (
-    create_associated_token_account,
     get_associated_token_address,
-    initialize_mint,
-    mint_to,
 )
-from spl.token.models import InitializeMintParams, MintToParams
 from starlette.applications import Starlette
 
 from svcpay.client import (
@@ -67,45 +62,6 @@ from tests.support.facilitator import in_process_facilitator
 from tests.support.x402_shop import Shop
 
 PRICE = 250_000  # 0.25 of a 6-decimal mint
-MINT_SIZE = 82
-
-
-def token_2022_mint(chain: Chain, decimals: int) -> Pubkey:
-    """A Token-2022 mint (no extensions) whose authority is the chain's payer."""
-    mint = Keypair()
-    create = CreateAccountParams(
-        from_pubkey=chain.payer.pubkey(),
-        to_pubkey=mint.pubkey(),
-        lamports=chain.minimum_balance(MINT_SIZE),
-        space=MINT_SIZE,
-        owner=TOKEN_2022_PROGRAM_ID,
-    )
-    init = InitializeMintParams(
-        decimals=decimals,
-        program_id=TOKEN_2022_PROGRAM_ID,
-        mint=mint.pubkey(),
-        mint_authority=chain.payer.pubkey(),
-    )
-    chain.send_ok([create_account(create), initialize_mint(init)], [chain.payer, mint])
-    return mint.pubkey()
-
-
-def token_2022_account(chain: Chain, owner: Pubkey, mint: Pubkey, amount: int = 0) -> Pubkey:
-    ata = get_associated_token_address(owner, mint, TOKEN_2022_PROGRAM_ID)
-    ixs = [
-        create_associated_token_account(chain.payer.pubkey(), owner, mint, TOKEN_2022_PROGRAM_ID)
-    ]
-    if amount:
-        params = MintToParams(
-            program_id=TOKEN_2022_PROGRAM_ID,
-            mint=mint,
-            dest=ata,
-            mint_authority=chain.payer.pubkey(),
-            amount=amount,
-        )
-        ixs.append(mint_to(params))
-    chain.send_ok(ixs, [chain.payer])
-    return ata
 
 
 @dataclass
@@ -227,8 +183,8 @@ async def test_a_token_2022_mint_and_a_v1_payload_without_a_memo(
     market: Market, rpc: AsyncClient
 ) -> None:
     chain = market.chain
-    mint = token_2022_mint(chain, decimals=9)
-    token_2022_account(chain, market.buyer.pubkey(), mint, 10**9)
+    mint = chain.create_mint(9, program_id=TOKEN_2022_PROGRAM_ID)
+    chain.token_account(market.buyer.pubkey(), mint, 10**9, program_id=TOKEN_2022_PROGRAM_ID)
     shop = Shop(chain.url, market.fee_payer, mint, market.seller, 123, version=1, memo=None)
     req = shop.requirements_v1("http://shop/paid")
     client = ExactSvmClient(market.buyer, rpc)
@@ -422,9 +378,11 @@ async def test_payment_auth_pays_in_a_token_2022_mint(
     market: Market, rpc: AsyncClient, serving: Callable[[Shop], str]
 ) -> None:
     chain = market.chain
-    mint = token_2022_mint(chain, decimals=9)
-    buyer_account = token_2022_account(chain, market.buyer.pubkey(), mint, 10**9)
-    seller_account = token_2022_account(chain, market.seller, mint)
+    mint = chain.create_mint(9, program_id=TOKEN_2022_PROGRAM_ID)
+    buyer_account = chain.token_account(
+        market.buyer.pubkey(), mint, 10**9, program_id=TOKEN_2022_PROGRAM_ID
+    )
+    seller_account = chain.token_account(market.seller, mint, program_id=TOKEN_2022_PROGRAM_ID)
     shop = Shop(chain.url, market.fee_payer, mint, market.seller, 10**8)
     url = serving(shop)
 

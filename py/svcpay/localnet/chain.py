@@ -216,7 +216,15 @@ class Chain:
         raise TimeoutError(f"transaction {signature} not confirmed in {CONFIRM_TIMEOUT:.0f}s")
 
     # -- SPL Token ----------------------------------------------------------------------
-    def create_mint(self, decimals: int = 6, authority: Keypair | None = None) -> Pubkey:
+    def create_mint(
+        self,
+        decimals: int = 6,
+        authority: Keypair | None = None,
+        *,
+        program_id: Pubkey = TOKEN_PROGRAM_ID,
+        freeze_authority: Pubkey | None = None,
+    ) -> Pubkey:
+        """A mint of `program_id` (SPL Token, or Token-2022 without extensions)."""
         authority = authority or self.payer
         mint = Keypair()
         create = CreateAccountParams(
@@ -224,24 +232,27 @@ class Chain:
             to_pubkey=mint.pubkey(),
             lamports=self.minimum_balance(MINT_SIZE),
             space=MINT_SIZE,
-            owner=TOKEN_PROGRAM_ID,
+            owner=program_id,
         )
         init = InitializeMintParams(
             decimals=decimals,
-            program_id=TOKEN_PROGRAM_ID,
+            program_id=program_id,
             mint=mint.pubkey(),
             mint_authority=authority.pubkey(),
-            freeze_authority=None,
+            freeze_authority=freeze_authority,
         )
         self.send_ok([create_account(create), initialize_mint(init)], [self.payer, mint])
         return mint.pubkey()
 
-    def token_account(self, owner: Pubkey, mint: Pubkey, amount: int = 0) -> Pubkey:
-        """The owner's associated token account of `mint`, created, with `amount` minted."""
-        ata = get_associated_token_address(owner, mint)
-        ixs = [create_associated_token_account(self.payer.pubkey(), owner, mint)]
+    def token_account(
+        self, owner: Pubkey, mint: Pubkey, amount: int = 0, *, program_id: Pubkey = TOKEN_PROGRAM_ID
+    ) -> Pubkey:
+        """The owner's associated token account of `mint` (a mint of `program_id`), created,
+        with `amount` minted."""
+        ata = get_associated_token_address(owner, mint, program_id)
+        ixs = [create_associated_token_account(self.payer.pubkey(), owner, mint, program_id)]
         if amount:
-            ixs.append(self._mint_to_ix(mint, ata, amount))
+            ixs.append(self._mint_to_ix(mint, ata, amount, program_id=program_id))
         self.send_ok(ixs, [self.payer])
         return ata
 
@@ -254,11 +265,17 @@ class Chain:
         self.send_ok([ix], [self.payer] + ([authority] if authority else []))
 
     def _mint_to_ix(
-        self, mint: Pubkey, dest: Pubkey, amount: int, authority: Keypair | None = None
+        self,
+        mint: Pubkey,
+        dest: Pubkey,
+        amount: int,
+        authority: Keypair | None = None,
+        *,
+        program_id: Pubkey = TOKEN_PROGRAM_ID,
     ) -> Instruction:
         # The payer is the authority of every mint this client creates.
         params = MintToParams(
-            program_id=TOKEN_PROGRAM_ID,
+            program_id=program_id,
             mint=mint,
             dest=dest,
             mint_authority=(authority or self.payer).pubkey(),

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from types import TracebackType
+from typing import Self, TypeVar
 
 from svcpay._extras import missing_extra
 
@@ -103,3 +104,56 @@ class PgConnection:
                 raise
             self.conn = conn
         return self.conn
+
+
+class ExpiringTable:
+    """What the gate's PostgreSQL stores share: one table whose rows carry `expires_at`
+    (indexed), purged at most every SWEEP_SECS per store, behind one `PgConnection`."""
+
+    SWEEP_SECS = 30
+
+    def __init__(
+        self, url: str, table: str, columns: str, *, name: str, connect_timeout: int
+    ) -> None:
+        """`table` may be schema-qualified ("billing.used_proofs"); `columns` is its
+        definition, `expires_at` among them; `name` names the store to the server."""
+        self.url, self.table = libpq_url(url), table
+        parts = table.split(".")
+        self.t = sql.Identifier(*parts)
+        schema = [
+            sql.SQL("CREATE TABLE IF NOT EXISTS {t} (" + columns + ")").format(t=self.t),
+            sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at)").format(
+                i=sql.Identifier(f"{parts[-1]}_expires_at"), t=self.t
+            ),
+        ]
+        self._purge_sql = sql.SQL("DELETE FROM {t} WHERE expires_at < %s").format(t=self.t)
+        self._pg = PgConnection(
+            self.url,
+            schema,
+            lock_name=f"svcpay.{name}:{table}",
+            application_name=f"svcpay-{name}",
+            connect_timeout=connect_timeout,
+        )
+        self._next_sweep = 0.0
+
+    async def _sweep(self, conn: Connection, now: float) -> int:
+        """Purges expired rows if the last purge is SWEEP_SECS old; how many it deleted."""
+        if now < self._next_sweep:
+            return 0
+        cur = await conn.execute(self._purge_sql, (now,))
+        self._next_sweep = now + self.SWEEP_SECS
+        return max(cur.rowcount, 0)
+
+    async def aclose(self) -> None:
+        await self._pg.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

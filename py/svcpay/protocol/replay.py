@@ -16,6 +16,14 @@ from pathlib import Path
 from typing import Protocol
 
 
+def sqlite_connect(path: str) -> sqlite3.Connection:
+    """A connection to a store's SQLite file as the gate's stores share it: autocommit, WAL
+    (readers and one writer at a time across processes), waiting up to 30 s for a lock."""
+    db = sqlite3.connect(path, timeout=30, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    return db
+
+
 class ReplayStore(Protocol):
     async def claim(self, key: str, expires_at: int) -> bool:
         """True the first time `key` is claimed (until `expires_at`), False afterwards."""
@@ -59,9 +67,7 @@ class SqliteReplayStore:
             db.execute(self.SCHEMA)
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        return db
+        return sqlite_connect(self.path)
 
     def _claim(self, key: str, expires_at: int) -> bool:
         with closing(self._connect()) as db:

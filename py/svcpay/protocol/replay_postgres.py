@@ -11,37 +11,25 @@ changes; its claims take one round trip each. The table is created if missing.
 from __future__ import annotations
 
 import time
-from types import TracebackType
 
 from svcpay._extras import missing_extra
 
 try:
     from psycopg import sql
 
-    from svcpay.protocol.pg import Connection, PgConnection, libpq_url
+    from svcpay.protocol.pg import Connection, ExpiringTable, libpq_url
 except ImportError as e:
     raise missing_extra("svcpay.protocol.replay_postgres", ["postgres"], e.name) from None
 
 __all__ = ["PostgresReplayStore", "libpq_url"]
 
 
-class PostgresReplayStore:
-    SWEEP_SECS = 30  # expired claims are deleted at most this often (one indexed DELETE)
-
+class PostgresReplayStore(ExpiringTable):
     def __init__(self, url: str, *, table: str = "used_proofs", connect_timeout: int = 10) -> None:
         """`table` may be schema-qualified ("billing.used_proofs")."""
-        self.url = libpq_url(url)
-        self.table = table
-        parts = table.split(".")
-        t = sql.Identifier(*parts)
-        schema = [
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {t} (key TEXT PRIMARY KEY, expires_at BIGINT NOT NULL)"
-            ).format(t=t),
-            sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at)").format(
-                i=sql.Identifier(f"{parts[-1]}_expires_at"), t=t
-            ),
-        ]
+        columns = "key TEXT PRIMARY KEY, expires_at BIGINT NOT NULL"
+        super().__init__(url, table, columns, name="replay", connect_timeout=connect_timeout)
+        t = self.t
         # Inserted, or taken over from an expired claim: a row comes back. A live claim: none.
         self._claim_sql = sql.SQL(
             "INSERT INTO {t} AS u (key, expires_at) VALUES (%s, %s) "
@@ -49,24 +37,13 @@ class PostgresReplayStore:
             "WHERE u.expires_at < %s RETURNING 1"
         ).format(t=t)
         self._release_sql = sql.SQL("DELETE FROM {t} WHERE key = %s").format(t=t)
-        self._purge_sql = sql.SQL("DELETE FROM {t} WHERE expires_at < %s").format(t=t)
-        self._pg = PgConnection(
-            self.url,
-            schema,
-            lock_name=f"svcpay.replay:{table}",
-            application_name="svcpay-replay",
-            connect_timeout=connect_timeout,
-        )
-        self._next_sweep = 0
 
     # -- the ReplayStore interface -------------------------------------------------------------
 
     async def claim(self, key: str, expires_at: int) -> bool:
         async def op(conn: Connection) -> bool:
             now = int(time.time())
-            if now >= self._next_sweep:
-                await conn.execute(self._purge_sql, (now,))
-                self._next_sweep = now + self.SWEEP_SECS
+            await self._sweep(conn, now)
             cur = await conn.execute(self._claim_sql, (key, expires_at, now))
             return await cur.fetchone() is not None
 
@@ -84,23 +61,7 @@ class PostgresReplayStore:
         """Deletes the claims that have expired by now; returns how many."""
 
         async def op(conn: Connection) -> int:
-            now = int(time.time())
-            cur = await conn.execute(self._purge_sql, (now,))
-            self._next_sweep = now + self.SWEEP_SECS
-            return max(cur.rowcount, 0)
+            self._next_sweep = 0.0
+            return await self._sweep(conn, int(time.time()))
 
         return await self._pg.run(op)
-
-    async def aclose(self) -> None:
-        await self._pg.aclose()
-
-    async def __aenter__(self) -> PostgresReplayStore:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from svcpay.protocol.replay import ReplayStore, SqliteReplayStore
+from svcpay.protocol.replay import ReplayStore, SqliteReplayStore, sqlite_connect
 from svcpay.schemes.decision import RawHeaders, Reply
 
 TTL = 3600.0
@@ -124,7 +124,7 @@ class MemoryPaymentIds:
         self.max_entries, self.ttl, self.max_body = max_entries, ttl, max_body
         self.pending_ttl = pending_ttl
         self._entries: OrderedDict[tuple[str, str], Entry] = OrderedDict()
-        self._lock = threading.Lock()  # a WSGI gate's loop and its callers' threads
+        self._lock = threading.Lock()  # gates on different threads (and loops) may share it
 
     async def begin(self, scope: str, pid: str, fingerprint: bytes) -> Reply | None:
         now = time.time()
@@ -182,9 +182,7 @@ class SqlitePaymentIds:
             db.execute(self.SCHEMA)
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        return db
+        return sqlite_connect(self.path)
 
     def _begin(self, scope: str, pid: str, fingerprint: bytes) -> Reply | None:
         now = time.time()

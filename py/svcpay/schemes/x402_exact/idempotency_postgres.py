@@ -9,7 +9,6 @@ most every SWEEP_SECS per store.
 from __future__ import annotations
 
 import time
-from types import TracebackType
 
 from svcpay._extras import missing_extra
 from svcpay.schemes.decision import RawHeaders, Reply
@@ -26,16 +25,14 @@ from svcpay.schemes.x402_exact.idempotency import (
 try:
     from psycopg import sql
 
-    from svcpay.protocol.pg import Connection, PgConnection, libpq_url
+    from svcpay.protocol.pg import Connection, ExpiringTable
 except ImportError as e:
     raise missing_extra(
         "svcpay.schemes.x402_exact.idempotency_postgres", ["postgres"], e.name
     ) from None
 
 
-class PostgresPaymentIds:
-    SWEEP_SECS = 30
-
+class PostgresPaymentIds(ExpiringTable):
     def __init__(
         self,
         url: str,
@@ -47,21 +44,14 @@ class PostgresPaymentIds:
         connect_timeout: int = 10,
     ) -> None:
         """`table` may be schema-qualified ("billing.payment_ids")."""
-        self.url, self.table = libpq_url(url), table
+        columns = (
+            "scope TEXT NOT NULL, pid TEXT NOT NULL, fingerprint BYTEA NOT NULL, "
+            "expires_at DOUBLE PRECISION NOT NULL, pending_until DOUBLE PRECISION NOT NULL, "
+            "status INTEGER, headers TEXT, body BYTEA, PRIMARY KEY (scope, pid)"
+        )
+        super().__init__(url, table, columns, name="payment-ids", connect_timeout=connect_timeout)
         self.ttl, self.max_body, self.pending_ttl = ttl, max_body, pending_ttl
-        parts = table.split(".")
-        t = sql.Identifier(*parts)
-        schema = [
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {t} (scope TEXT NOT NULL, pid TEXT NOT NULL, "
-                "fingerprint BYTEA NOT NULL, expires_at DOUBLE PRECISION NOT NULL, "
-                "pending_until DOUBLE PRECISION NOT NULL, status INTEGER, headers TEXT, "
-                "body BYTEA, PRIMARY KEY (scope, pid))"
-            ).format(t=t),
-            sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at)").format(
-                i=sql.Identifier(f"{parts[-1]}_expires_at"), t=t
-            ),
-        ]
+        t = self.t
         # Inserted, or taken over from an expired or abandoned request: a row comes back.
         self._take_sql = sql.SQL(
             "INSERT INTO {t} AS p (scope, pid, fingerprint, expires_at, pending_until) "
@@ -83,22 +73,11 @@ class PostgresPaymentIds:
         self._abandon_sql = sql.SQL(
             "DELETE FROM {t} WHERE scope = %s AND pid = %s AND status IS NULL"
         ).format(t=t)
-        self._purge_sql = sql.SQL("DELETE FROM {t} WHERE expires_at < %s").format(t=t)
-        self._pg = PgConnection(
-            self.url,
-            schema,
-            lock_name=f"svcpay.payment_ids:{table}",
-            application_name="svcpay-payment-ids",
-            connect_timeout=connect_timeout,
-        )
-        self._next_sweep = 0.0
 
     async def begin(self, scope: str, pid: str, fingerprint: bytes) -> Reply | None:
         async def op(conn: Connection) -> Reply | None:
             now = time.time()
-            if now >= self._next_sweep:
-                await conn.execute(self._purge_sql, (now,))
-                self._next_sweep = now + self.SWEEP_SECS
+            await self._sweep(conn, now)
             values = {
                 "scope": scope,
                 "pid": pid,
@@ -134,17 +113,3 @@ class PostgresPaymentIds:
             await conn.execute(self._abandon_sql, (scope, pid))
 
         await self._pg.run(op)
-
-    async def aclose(self) -> None:
-        await self._pg.aclose()
-
-    async def __aenter__(self) -> PostgresPaymentIds:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -153,6 +153,40 @@ def test_two_server_processes_racing_for_the_same_keys_have_one_winner_per_key(
     assert won[0] | won[1] == set(range(n))
 
 
+OPENER = """
+import sys, time
+from svcpay.protocol.replay import SqliteReplayStore
+from svcpay.schemes.x402_exact.idempotency import SqlitePaymentIds
+
+folder, files, start = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+for i in range(files):
+    while time.time() < start + i * 0.05:
+        pass
+    SqliteReplayStore(f"{folder}/{i}.db")
+    SqlitePaymentIds(f"{folder}/{i}.db")
+print("opened", files)
+"""
+
+
+def test_server_processes_starting_together_on_a_new_file_all_start(tmp_path: Path) -> None:
+    # Workers started at once (uvicorn --workers) open a state file that does not exist yet.
+    # Switching a new file to WAL fails at once with "database is locked", without SQLite's
+    # busy handler, while another process does the same: 12 of 100 such opens failed before.
+    files, start = 15, time.time() + 2
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", OPENER, str(tmp_path), str(files), str(start)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
+    results = [p.communicate(timeout=60) for p in procs]
+    assert [err.strip().splitlines()[-1:] for _, err in results] == [[]] * len(procs)
+    assert [out for out, _ in results] == [f"opened {files}\n"] * len(procs)
+
+
 async def test_postgres_purges_expired_claims(pg_table: tuple[str, str]) -> None:
     url, table = pg_table
     async with PostgresReplayStore(url, table=table) as store:

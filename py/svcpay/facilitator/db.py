@@ -20,6 +20,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from svcpay._extras import require
+from svcpay.protocol.replay import use_wal
 
 metadata = sa.MetaData()
 # NUMERIC holds any u64 on PostgreSQL; SQLite would round a NUMERIC through a float, so
@@ -209,9 +210,9 @@ def redacted(url: str | URL) -> str:
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA busy_timeout=10000")
+    use_wal(cursor.execute, 10)
+    cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
 

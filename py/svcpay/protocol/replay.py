@@ -8,20 +8,48 @@ store would implement the same two methods.
 from __future__ import annotations
 
 import asyncio
+import random
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+LOCK_WAIT = 30.0  # seconds a store waits for another process's lock on its SQLite file
 
 
 def sqlite_connect(path: str) -> sqlite3.Connection:
     """A connection to a store's SQLite file as the gate's stores share it: autocommit, WAL
     (readers and one writer at a time across processes), waiting up to 30 s for a lock."""
-    db = sqlite3.connect(path, timeout=30, isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
+    db = sqlite3.connect(path, timeout=LOCK_WAIT, isolation_level=None)
+    try:
+        use_wal(db.execute, LOCK_WAIT)
+    except BaseException:
+        db.close()
+        raise
     return db
+
+
+def use_wal(execute: Callable[[str], Any], wait: float) -> None:
+    """Puts a SQLite file in WAL mode, which it then keeps. Switching needs the file to
+    itself, and SQLite answers "database is locked" at once, without its busy handler, when
+    another process is opening or switching it too (workers started together on a new
+    file): so this retries, with jitter, for up to `wait` seconds."""
+    deadline = time.monotonic() + wait
+    delay = 0.005
+    while True:
+        try:
+            execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e):
+                raise
+            if time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay * random.uniform(0.5, 1.5))
+        delay = min(delay * 2, 0.25)
 
 
 class ReplayStore(Protocol):

@@ -23,6 +23,7 @@ from solders.keypair import Keypair
 
 from svcpay.program.client import BLOCKHASH_LIFETIME_SECS, BillingClient
 from svcpay.program.errors import ProgramError
+from svcpay.protocol.replay import sqlite_connect
 
 log = logging.getLogger("svcpay.meter")
 SCHEMA = """
@@ -61,9 +62,7 @@ class BatchingMeter:
         self._unbatched = int(self._query("SELECT COUNT(*) FROM usage WHERE batch IS NULL")[0][0])
 
     def _db(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        return db
+        return sqlite_connect(self.path)
 
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         with closing(self._db()) as db:

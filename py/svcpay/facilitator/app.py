@@ -33,6 +33,7 @@ from starlette.routing import Route
 from svcpay._extras import MissingExtra
 from svcpay.facilitator import analytics
 from svcpay.facilitator.answers import Verdict
+from svcpay.facilitator.errors import SettlementError
 from svcpay.facilitator.lifecycle import EVENT_TYPES
 from svcpay.facilitator.models import (
     MAX_BODY,
@@ -46,7 +47,6 @@ from svcpay.facilitator.models import (
 )
 from svcpay.facilitator.openapi import schema
 from svcpay.facilitator.service import Facilitator
-from svcpay.facilitator.settlement import SettlementError
 from svcpay.facilitator.usage import UsageError
 from svcpay.facilitator.webhooks import check_endpoint_url
 from svcpay.protocol.models import ProtocolError

@@ -1,10 +1,7 @@
-"""Settling a client's signed transfer: check it pays exactly the terms, co-sign as fee
-payer, send, confirm, and sign the proof (docs/adr/0008).
+"""Settling a client's signed transfer: check it pays the terms by its scheme's rules, co-sign
+as fee payer, send, confirm, and (for svcpay's /authorize) sign the proof (docs/adr/0008).
 
-The client builds and signs (as token authority) a v0 transaction whose fee payer is the
-facilitator: compute-budget instructions (capped), one SPL Token `TransferChecked` of the
-exact amount of the terms' mint to `payTo`, and one memo instruction with the terms' memo.
-Anything else, or any use of the facilitator's key beyond paying the fee, is refused.
+The rules for `/authorize` are `svcpay.schemes.svcpay_proof.facilitator`.
 
 `Settler.settle` is the durable send-and-confirm path; x402's `/settle`
 (`svcpay.schemes.x402_exact.facilitator`) checks by its own rules and settles through it.
@@ -14,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import struct
 import time
 from typing import Any
 
@@ -29,36 +25,21 @@ from solana.rpc.core import (
 from solana.rpc.models import TxOpts
 from solders.keypair import Keypair
 from solders.message import to_bytes_versioned
-from solders.pubkey import Pubkey
 from solders.signature import Signature
 from solders.transaction import VersionedTransaction
 
+from svcpay.facilitator.errors import SettlementError
 from svcpay.facilitator.store import Event, Store, new_id
 from svcpay.program.client import BLOCKHASH_LIFETIME_SECS, BillingClient
 from svcpay.protocol.models import PaymentOption
-from svcpay.protocol.programs import COMPUTE_BUDGET, MEMO_PROGRAM, TOKEN_PROGRAM
 from svcpay.protocol.proof import PaymentProof
+from svcpay.schemes.svcpay_proof.facilitator import check_payment, decode_payment
 
-TRANSFER_CHECKED = 12
-# What a payment may cost the facilitator: one signature's fee (the client's signature is
-# the only other one) plus at most MAX_COMPUTE_UNIT_LIMIT * MAX_COMPUTE_UNIT_PRICE / 10^6
-# lamports of priority fee (50,000 lamports). The transfer and the memo need about 10,000.
-MAX_COMPUTE_UNIT_LIMIT = 50_000
-MAX_COMPUTE_UNIT_PRICE = 1_000_000  # micro-lamports per compute unit
 SCHEME_SVCPAY = "svcpay"  # settled by /authorize
 SCHEME_X402 = "x402-exact"  # settled by x402's /settle
 # A settlement still "sending" this long after it was stored has no live request on it (a
 # request waits at most 90 s for confirmation): recovery and x402 retries may take it over.
 ABANDONED_AFTER_SECS = 120
-
-
-class SettlementError(Exception):
-    """A payment cannot be settled. `name` is the spec's error (InsufficientFunds) or one of
-    ours (InvalidTransaction, TermsMismatch, BlockhashExpired, SettlementFailed)."""
-
-    def __init__(self, name: str, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.name, self.message, self.status = name, message, status
 
 
 class RateLimit:
@@ -117,18 +98,8 @@ class Settler:
 
     async def authorize(self, signed_payment: bytes, option: PaymentOption) -> PaymentProof:
         """Settles `signed_payment` for `option` and returns the signed proof."""
-        try:
-            tx = VersionedTransaction.from_bytes(signed_payment)
-        except ValueError as e:
-            raise SettlementError(
-                "InvalidTransaction", f"signedPayment is not a transaction: {e}"
-            ) from e
-        try:
-            payer = self._check(tx, option)
-        except IndexError as e:  # an index past the accounts or signatures it carries
-            raise SettlementError(
-                "InvalidTransaction", "the transaction names accounts or signatures it lacks"
-            ) from e
+        tx = decode_payment(signed_payment)
+        payer = check_payment(tx, option, self.fee_payer.pubkey())
         await self.admit(str(payer), option.pay_to)
         record = {
             "payer": str(payer),
@@ -339,79 +310,6 @@ class Settler:
             return "the proof names no valid transaction"
         return None if landed else "the proof's transaction did not succeed on chain"
 
-    def _check(self, tx: VersionedTransaction, option: PaymentOption) -> Pubkey:
-        msg = tx.message
-        keys = list(msg.account_keys)
-        me = self.fee_payer.pubkey()
-        if not keys or keys[0] != me:
-            raise SettlementError(
-                "InvalidTransaction", f"the fee payer must be the facilitator {me}"
-            )
-        if msg.header.num_required_signatures != 2:
-            raise SettlementError(
-                "InvalidTransaction",
-                "exactly two signers: the facilitator (fee payer) and the token authority",
-            )
-        if getattr(msg, "address_table_lookups", None):
-            raise SettlementError("InvalidTransaction", "address lookup tables are not allowed")
-        if int(option.amount) == 0:
-            raise SettlementError("InvalidRequest", "the amount must be positive")
-        transfers, memos, limits = [], [], 0
-        for ix in msg.instructions:
-            program = keys[ix.program_id_index]
-            accounts = [keys[i] for i in bytes(ix.accounts)]
-            if me in accounts:
-                raise SettlementError(
-                    "InvalidTransaction", "an instruction uses the facilitator's key"
-                )
-            data = bytes(ix.data)
-            if program == COMPUTE_BUDGET:
-                limits += _check_budget(data)
-            elif (
-                program == TOKEN_PROGRAM
-                and data[:1] == bytes([TRANSFER_CHECKED])
-                and len(data) == 10
-            ):
-                transfers.append((accounts, struct.unpack_from("<Q", data, 1)[0]))
-            elif program == MEMO_PROGRAM:
-                memos.append(data.decode("utf-8", "replace"))
-            else:
-                raise SettlementError(
-                    "InvalidTransaction", f"instruction of program {program} is not allowed"
-                )
-        if limits != 1:
-            raise SettlementError(
-                "InvalidTransaction",
-                f"need exactly one SetComputeUnitLimit (at most {MAX_COMPUTE_UNIT_LIMIT})",
-            )
-        if len(transfers) != 1 or len(memos) != 1:
-            raise SettlementError(
-                "InvalidTransaction", "need exactly one TransferChecked and one memo"
-            )
-        (accounts, amount), memo = transfers[0], memos[0]
-        if len(accounts) < 4:
-            raise SettlementError("InvalidTransaction", "TransferChecked lacks accounts")
-        _, mint, destination, authority = accounts[:4]
-        checks = (
-            ("mint", str(mint), option.token),
-            ("destination", str(destination), option.pay_to),
-            ("amount", str(amount), option.amount),
-            ("memo", memo, option.memo or ""),
-        )
-        for what, got, want in checks:
-            if got != want:
-                raise SettlementError(
-                    "TermsMismatch", f"the transfer's {what} is {got}, the terms say {want}"
-                )
-        signer_index = keys.index(authority)
-        if signer_index >= msg.header.num_required_signatures:
-            raise SettlementError("InvalidTransaction", "the token authority must sign")
-        if not tx.signatures[signer_index].verify(authority, to_bytes_versioned(msg)):
-            raise SettlementError(
-                "InvalidTransaction", "the token authority's signature does not verify"
-            )
-        return authority
-
     async def _send(self, tx: VersionedTransaction) -> None:
         try:
             sig = (
@@ -453,26 +351,6 @@ class Settler:
             raise SettlementError(
                 "SettlementFailed", f"the transaction failed on chain: {status.err}", 422
             )
-
-
-def _check_budget(data: bytes) -> int:
-    """1 for a SetComputeUnitLimit within the cap, 0 for a SetComputeUnitPrice within its
-    cap; anything else is refused."""
-    if data[:1] == b"\x02" and len(data) == 5:  # SetComputeUnitLimit(u32)
-        if struct.unpack_from("<I", data, 1)[0] > MAX_COMPUTE_UNIT_LIMIT:
-            raise SettlementError(
-                "InvalidTransaction", f"compute unit limit above {MAX_COMPUTE_UNIT_LIMIT}"
-            )
-        return 1
-    if data[:1] == b"\x03" and len(data) == 9:  # SetComputeUnitPrice(u64)
-        if struct.unpack_from("<Q", data, 1)[0] > MAX_COMPUTE_UNIT_PRICE:
-            raise SettlementError(
-                "InvalidTransaction", f"compute unit price above {MAX_COMPUTE_UNIT_PRICE}"
-            )
-        return 0
-    raise SettlementError(
-        "InvalidTransaction", "only compute unit limit and price instructions are allowed"
-    )
 
 
 def _abandoned(row: dict[str, Any]) -> bool:

@@ -20,7 +20,8 @@ from typing import Any, Literal
 from pydantic import ValidationError
 from solders.transaction import VersionedTransaction
 
-from svcpay.facilitator.settlement import SCHEME_X402, SettlementError, Settler
+from svcpay.facilitator.errors import SettlementError
+from svcpay.facilitator.settlement import SCHEME_X402, Settler
 from svcpay.protocol.models import ProtocolError
 from svcpay.schemes.x402_exact import svm
 from svcpay.schemes.x402_exact.wire import (

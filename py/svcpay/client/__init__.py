@@ -1,17 +1,16 @@
 """The paying client: `PaymentAuth` for httpx and `pay()`; `settlement(response)` reads an
 x402 server's report of the payment it settled."""
 
-from svcpay.client.payer import (
+from svcpay.client.payer import PaymentAuth, pay
+from svcpay.protocol.errors import (
     InsufficientFunds,
     InvalidPaymentProof,
     NoAcceptableOption,
-    PaymentAuth,
     PaymentError,
     PaymentRefused,
     SpendingLimitExceeded,
-    build_payment,
-    pay,
 )
+from svcpay.schemes.svcpay_proof.client import build_payment
 from svcpay.schemes.x402_exact.client import settlement
 
 __all__ = [

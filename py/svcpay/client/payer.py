@@ -21,7 +21,6 @@ It works with `httpx.AsyncClient` and `httpx.Client` alike: the logic is one asy
 from __future__ import annotations
 
 import asyncio
-import base64
 import os
 import threading
 import time
@@ -31,59 +30,25 @@ from typing import TypeVar
 
 import httpx
 from solana.rpc.async_api import AsyncClient
-from solana.rpc.commitment import Confirmed
-from solders.compute_budget import set_compute_unit_limit, set_compute_unit_price
-from solders.instruction import Instruction
 from solders.keypair import Keypair
-from solders.message import MessageV0, to_bytes_versioned
 from solders.pubkey import Pubkey
-from solders.signature import Signature
-from solders.transaction import VersionedTransaction
-from spl.token.constants import TOKEN_PROGRAM_ID
-from spl.token.instructions import get_associated_token_address, transfer_checked
-from spl.token.models import TransferCheckedParams
 
 from svcpay.program.client import BillingClient
 from svcpay.program.generated.types.subscription_status import Active
+from svcpay.protocol.errors import (
+    InvalidPaymentProof,
+    NoAcceptableOption,
+    PaymentError,
+    PaymentRefused,
+    SpendingLimitExceeded,
+)
 from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
 from svcpay.protocol.models import PaymentOption, PaymentRequired, ProtocolError
-from svcpay.protocol.programs import MEMO_PROGRAM
+from svcpay.schemes.svcpay_proof import client as proof_client
 from svcpay.schemes.x402_exact import client as x402
 from svcpay.schemes.x402_exact.wire import CAIP2, svcpay_network
 
 T = TypeVar("T")
-# build_payment's priority fee: x402 facilitators require a price instruction, svcpay's
-# /authorize accepts one (at most 1,000,000); 1 micro-lamport a unit adds under 1 lamport.
-COMPUTE_UNIT_PRICE = 1
-
-
-class PaymentError(Exception):
-    """Paying failed; the subclass is the spec's error name where there is one."""
-
-
-class InsufficientFunds(PaymentError):
-    """The wallet lacks the token amount: top up USDC."""
-
-
-class InvalidPaymentProof(PaymentError):
-    """The server kept rejecting the proof after the retries."""
-
-
-class SpendingLimitExceeded(PaymentError):
-    """Paying would pass a limit the user set; nothing was paid."""
-
-
-class NoAcceptableOption(PaymentError):
-    """The 402 offers nothing this client can pay (network, scheme, token, subscription
-    only, or no facilitator to settle through)."""
-
-
-class PaymentRefused(PaymentError):
-    """An x402 server answered the paid request with 402 again; `reason` is what it said."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(f"the server refused the payment: {reason}")
-        self.reason = reason
 
 
 class PaymentAuth(httpx.Auth):
@@ -245,13 +210,14 @@ class PaymentAuth(httpx.Auth):
                 for attempt in range(self.retries + 1):
                     response = yield request
                     rejected = (
-                        response.status_code == 402 and _error(response) == "InvalidPaymentProof"
+                        response.status_code == 402
+                        and proof_client.error_name(response) == "InvalidPaymentProof"
                     )
                     if not rejected:
                         return
                     if attempt == self.retries:
                         raise InvalidPaymentProof(
-                            f"the server rejected the proof: {_message(response)}"
+                            f"the server rejected the proof: {proof_client.error_message(response)}"
                         )
                     await asyncio.sleep(0.2 * 2**attempt)
                 return
@@ -330,22 +296,7 @@ class PaymentAuth(httpx.Auth):
             return await self._pay_through(facilitator, option)
 
     async def _pay_through(self, facilitator: httpx.AsyncClient, option: PaymentOption) -> str:
-        supported = (await facilitator.get("/supported")).json()
-        tx = await build_payment(
-            self.rpc, self.owner, option, Pubkey.from_string(supported["feePayer"])
-        )
-        body: dict[str, object] = {
-            "signedPayment": base64.b64encode(tx).decode(),
-            "paymentRequirements": option.to_json_dict(),
-        }
-        reply = await _post_until_final(facilitator, body, SETTLE_PATIENCE_SECS)
-        if reply.status_code == 200:
-            return base64.b64encode(reply.content).decode()
-        if _error(reply) == "InsufficientFunds":
-            raise InsufficientFunds(_message(reply))
-        raise PaymentError(
-            f"the facilitator refused the payment ({reply.status_code}): {_message(reply)}"
-        )
+        return await proof_client.authorize(facilitator, self.rpc, self.owner, option)
 
     async def _pay_x402(self, required: x402.AnyRequired) -> tuple[str, str]:
         """The header paying `required` (x402 v2 or v1), within the limits."""
@@ -413,83 +364,7 @@ async def _awaited(step: Awaitable[T]) -> T:
     return await step
 
 
-SETTLE_PATIENCE_SECS = 90.0  # a signed payment's blockhash lives about a minute
-
-
-async def _post_until_final(
-    facilitator: httpx.AsyncClient, body: dict[str, object], patience: float
-) -> httpx.Response:
-    """POST /authorize until a final answer. A timeout or `SettlementPending` leaves the
-    payment possibly in flight: the same signed transaction is sent again (the facilitator
-    settles it at most once), never a new one, so a payment is never made twice."""
-    deadline = time.monotonic() + patience
-    delay = 0.5
-    while True:
-        try:
-            reply = await facilitator.post("/authorize", json=body, timeout=30.0)
-            if not (reply.status_code == 504 and _error(reply) == "SettlementPending"):
-                return reply
-            why = "SettlementPending"
-        except httpx.TimeoutException as e:
-            why = f"timeout ({type(e).__name__})"
-        if time.monotonic() + delay > deadline:
-            raise PaymentError(
-                f"the facilitator did not settle the payment in {patience:.0f} s ({why}); "
-                "it may still land: check your wallet before paying again"
-            )
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 8.0)
-
-
-async def build_payment(
-    rpc: AsyncClient, owner: Keypair, option: PaymentOption, fee_payer: Pubkey
-) -> bytes:
-    """The transfer of `option` from `owner`'s associated token account, with its memo,
-    signed by `owner` as token authority; the fee payer's signature is left for the
-    facilitator. Laid out as x402's `exact` asks (compute-unit limit, price, transfer,
-    memo), so x402 facilitators accept it too."""
-    mint = Pubkey.from_string(option.token)
-    mint_info = (await rpc.get_account_info(mint, Confirmed)).value
-    if mint_info is None:
-        raise PaymentError(f"the token {mint} does not exist on this network")
-    decimals = bytes(mint_info.data)[44]
-    params = TransferCheckedParams(
-        program_id=TOKEN_PROGRAM_ID,
-        source=get_associated_token_address(owner.pubkey(), mint),
-        mint=mint,
-        dest=Pubkey.from_string(option.pay_to),
-        owner=owner.pubkey(),
-        amount=option.amount_units,
-        decimals=decimals,
-    )
-    ixs = [
-        set_compute_unit_limit(50_000),
-        set_compute_unit_price(COMPUTE_UNIT_PRICE),
-        transfer_checked(params),
-        Instruction(MEMO_PROGRAM, (option.memo or "").encode(), []),
-    ]
-    blockhash = (await rpc.get_latest_blockhash(Confirmed)).value.blockhash
-    message = MessageV0.try_compile(fee_payer, ixs, [], blockhash)
-    owner_sig = owner.sign_message(to_bytes_versioned(message))
-    return bytes(VersionedTransaction.populate(message, [Signature.default(), owner_sig]))
-
-
 async def pay(url: str, auth: PaymentAuth, method: str = "GET", **kwargs: object) -> httpx.Response:
     """The whole one-time flow in one call (spec `pay()`): request, pay on 402, retry."""
     async with httpx.AsyncClient(auth=auth) as client:
         return await client.request(method, url, **kwargs)  # type: ignore[arg-type]
-
-
-def _error(response: httpx.Response) -> str | None:
-    try:
-        value = response.json().get("error")
-    except ValueError:
-        return None
-    return value if isinstance(value, str) else None
-
-
-def _message(response: httpx.Response) -> str:
-    try:
-        return str(response.json().get("message", response.text[:200]))
-    except ValueError:
-        return response.text[:200]

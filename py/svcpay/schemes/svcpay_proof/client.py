@@ -1,0 +1,139 @@
+"""The client's side of svcpay proofs: build the transfer the terms ask for, signed by the
+payer as token authority (the facilitator pays the fee), and trade it for a proof at the
+facilitator's `POST /authorize` (docs/adr/0006, 0008). `PaymentAuth` (`svcpay.client`)
+drives this on a 402 and sends the proof in `X-PAYMENT`; the facilitator checks the
+transfer by `svcpay.schemes.svcpay_proof.facilitator`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+
+import httpx
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.compute_budget import set_compute_unit_limit, set_compute_unit_price
+from solders.instruction import Instruction
+from solders.keypair import Keypair
+from solders.message import MessageV0, to_bytes_versioned
+from solders.pubkey import Pubkey
+from solders.signature import Signature
+from solders.transaction import VersionedTransaction
+from spl.token.constants import TOKEN_PROGRAM_ID
+from spl.token.instructions import get_associated_token_address, transfer_checked
+from spl.token.models import TransferCheckedParams
+
+from svcpay.protocol.errors import InsufficientFunds, PaymentError
+from svcpay.protocol.models import PaymentOption
+from svcpay.protocol.programs import MEMO_PROGRAM
+
+# build_payment's priority fee: x402 facilitators require a price instruction, svcpay's
+# /authorize accepts one (at most 1,000,000); 1 micro-lamport a unit adds under 1 lamport.
+COMPUTE_UNIT_PRICE = 1
+COMPUTE_UNIT_LIMIT = 50_000  # the transfer and the memo need about 10,000
+SETTLE_PATIENCE_SECS = 90.0  # a signed payment's blockhash lives about a minute
+
+
+async def authorize(
+    facilitator: httpx.AsyncClient,
+    rpc: AsyncClient,
+    owner: Keypair,
+    option: PaymentOption,
+    patience: float = SETTLE_PATIENCE_SECS,
+) -> str:
+    """The proof (base64, `X-PAYMENT`'s value) of `owner` paying `option` once, settled by
+    `facilitator` (an httpx client on its base URL). InsufficientFunds or PaymentError when
+    it refuses."""
+    supported = (await facilitator.get("/supported")).json()
+    tx = await build_payment(rpc, owner, option, Pubkey.from_string(supported["feePayer"]))
+    body: dict[str, object] = {
+        "signedPayment": base64.b64encode(tx).decode(),
+        "paymentRequirements": option.to_json_dict(),
+    }
+    reply = await _post_until_final(facilitator, body, patience)
+    if reply.status_code == 200:
+        return base64.b64encode(reply.content).decode()
+    if error_name(reply) == "InsufficientFunds":
+        raise InsufficientFunds(error_message(reply))
+    raise PaymentError(
+        f"the facilitator refused the payment ({reply.status_code}): {error_message(reply)}"
+    )
+
+
+async def build_payment(
+    rpc: AsyncClient, owner: Keypair, option: PaymentOption, fee_payer: Pubkey
+) -> bytes:
+    """The transfer of `option` from `owner`'s associated token account, with its memo,
+    signed by `owner` as token authority; the fee payer's signature is left for the
+    facilitator. Laid out as x402's `exact` asks (compute-unit limit, price, transfer,
+    memo), so x402 facilitators accept it too."""
+    mint = Pubkey.from_string(option.token)
+    mint_info = (await rpc.get_account_info(mint, Confirmed)).value
+    if mint_info is None:
+        raise PaymentError(f"the token {mint} does not exist on this network")
+    decimals = bytes(mint_info.data)[44]
+    params = TransferCheckedParams(
+        program_id=TOKEN_PROGRAM_ID,
+        source=get_associated_token_address(owner.pubkey(), mint),
+        mint=mint,
+        dest=Pubkey.from_string(option.pay_to),
+        owner=owner.pubkey(),
+        amount=option.amount_units,
+        decimals=decimals,
+    )
+    ixs = [
+        set_compute_unit_limit(COMPUTE_UNIT_LIMIT),
+        set_compute_unit_price(COMPUTE_UNIT_PRICE),
+        transfer_checked(params),
+        Instruction(MEMO_PROGRAM, (option.memo or "").encode(), []),
+    ]
+    blockhash = (await rpc.get_latest_blockhash(Confirmed)).value.blockhash
+    message = MessageV0.try_compile(fee_payer, ixs, [], blockhash)
+    owner_sig = owner.sign_message(to_bytes_versioned(message))
+    return bytes(VersionedTransaction.populate(message, [Signature.default(), owner_sig]))
+
+
+async def _post_until_final(
+    facilitator: httpx.AsyncClient, body: dict[str, object], patience: float
+) -> httpx.Response:
+    """POST /authorize until a final answer. A timeout or `SettlementPending` leaves the
+    payment possibly in flight: the same signed transaction is sent again (the facilitator
+    settles it at most once), never a new one, so a payment is never made twice."""
+    deadline = time.monotonic() + patience
+    delay = 0.5
+    while True:
+        try:
+            reply = await facilitator.post("/authorize", json=body, timeout=30.0)
+            if not (reply.status_code == 504 and error_name(reply) == "SettlementPending"):
+                return reply
+            why = "SettlementPending"
+        except httpx.TimeoutException as e:
+            why = f"timeout ({type(e).__name__})"
+        if time.monotonic() + delay > deadline:
+            raise PaymentError(
+                f"the facilitator did not settle the payment in {patience:.0f} s ({why}); "
+                "it may still land: check your wallet before paying again"
+            )
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 8.0)
+
+
+def error_name(response: httpx.Response) -> str | None:
+    """The `error` of an svcpay error body (a facilitator's or a gate's), if it is one."""
+    value = _body(response).get("error")
+    return value if isinstance(value, str) else None
+
+
+def error_message(response: httpx.Response) -> str:
+    """The `message` of an svcpay error body, else the start of the body."""
+    return str(_body(response).get("message", response.text[:200]))
+
+
+def _body(response: httpx.Response) -> dict[str, object]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}

@@ -14,6 +14,10 @@ It speaks two dialects, under the same spending limits (checked before any money
   facilitator is called. `settlement(response)` reads the server's `PAYMENT-RESPONSE`; a
   402 to the paid request raises `PaymentRefused` with the server's reason.
 
+The schemes' client sides build the payments (`svcpay.schemes.svcpay_proof.client`,
+`svcpay.schemes.x402_exact.client`); this module chooses among the terms, keeps the limits
+and retries.
+
 It works with `httpx.AsyncClient` and `httpx.Client` alike: the logic is one async generator
 (`_flow`); the sync flow runs its steps on a private event loop in a daemon thread.
 """

@@ -25,9 +25,8 @@ from solders.transaction import VersionedTransaction
 
 from svcpay.facilitator.errors import SettlementError
 from svcpay.protocol.models import PaymentOption
-from svcpay.protocol.programs import COMPUTE_BUDGET, MEMO_PROGRAM, TOKEN_PROGRAM
+from svcpay.protocol.programs import COMPUTE_BUDGET, MEMO_PROGRAM, TOKEN_PROGRAM, TRANSFER_CHECKED
 
-TRANSFER_CHECKED = 12
 # What a payment may cost the facilitator: one signature's fee (the client's signature is
 # the only other one) plus at most MAX_COMPUTE_UNIT_LIMIT * MAX_COMPUTE_UNIT_PRICE / 10^6
 # lamports of priority fee (50,000 lamports). The transfer and the memo need about 10,000.

@@ -36,6 +36,7 @@ from svcpay.protocol.programs import MEMO_PROGRAM as MEMO_PROGRAM
 from svcpay.protocol.programs import TOKEN_2022_PROGRAM as TOKEN_2022_PROGRAM
 from svcpay.protocol.programs import TOKEN_PROGRAM as TOKEN_PROGRAM
 from svcpay.protocol.programs import TOKEN_PROGRAMS as TOKEN_PROGRAMS
+from svcpay.protocol.programs import TRANSFER_CHECKED as TRANSFER_CHECKED
 from svcpay.schemes.x402_exact.wire import Reason
 
 LIGHTHOUSE_PROGRAM = Pubkey.from_string("L2TExMFKdjpN9kozasaurPirfHy9P8sbXoAN1qA3S95")
@@ -43,7 +44,6 @@ OPTIONAL_PROGRAMS = (MEMO_PROGRAM, LIGHTHOUSE_PROGRAM)
 
 SET_COMPUTE_UNIT_LIMIT = 2
 SET_COMPUTE_UNIT_PRICE = 3
-TRANSFER_CHECKED = 12
 MIN_INSTRUCTIONS = 3
 # Budget, price, transfer, then up to three Lighthouse assertions (Phantom) and a memo.
 MAX_INSTRUCTIONS = 7

@@ -13,6 +13,8 @@ from tests.support.billing import Billing
 from tests.support.chain import Chain
 from tests.support.clock import Clock
 from tests.support.pg_fixture import postgres_url  # noqa: F401  (a session fixture)
+from tests.support.processes import processes  # noqa: F401  (a fixture)
+from tests.support.switch import switch  # noqa: F401  (a fixture)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 from solders.keypair import Keypair
@@ -15,61 +13,9 @@ from solders.keypair import Keypair
 from svcpay.facilitator.config import FacilitatorConfig
 from svcpay.facilitator.service import Facilitator
 from svcpay.localnet.process import Localnet
+from tests.support.switch import Switch
 
 pytestmark = pytest.mark.anyio
-
-
-class Switch:
-    """A TCP proxy to the validator on a fixed port, that can be cut (connections refused,
-    open ones closed) and restored."""
-
-    def __init__(self, target: str) -> None:
-        parsed = urlparse(target)
-        self.target = (parsed.hostname or "127.0.0.1", parsed.port or 80)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.server: asyncio.Server | None = None
-        self.open: set[asyncio.StreamWriter] = set()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            writer.close()
-
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # A connection accepted just before `off()` must not outlive it: register it at once,
-        # and drop it if the switch was cut while the upstream connection was being opened
-        # (otherwise a pass slips through mid-outage and logs an extra "back"/"unreachable").
-        server = self.server
-        self.open.add(writer)
-        up_reader, up_writer = await asyncio.open_connection(*self.target)
-        if self.server is None or self.server is not server:
-            up_writer.close()
-            writer.close()
-            return
-        self.open.add(up_writer)
-        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
-
-    async def on(self) -> None:
-        self.server = await asyncio.start_server(self._client, "127.0.0.1", self.port)
-
-    async def off(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            self.server = None
-        for writer in self.open:
-            writer.close()
-        self.open.clear()
 
 
 def records(caplog: pytest.LogCaptureFixture, text: str) -> int:

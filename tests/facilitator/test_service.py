@@ -472,4 +472,4 @@ async def test_usage_errors_say_whether_to_retry(shop: Shop, chain: Chain) -> No
         reply = await broken.post("/v1/usage", json=report(metered, "rpc"), headers=shop.auth())
     await down.aclose()
     assert reply.status_code == 503, reply.text
-    assert int(reply.headers["retry-after"]) > 0 and reply.json()["error"] == "Unavailable"
+    assert int(reply.headers["retry-after"]) > 0 and reply.json()["error"] == "RpcUnavailable"

@@ -119,12 +119,14 @@ class Market:
 
 @asynccontextmanager
 async def open_market(
-    validator: Localnet, chain: Chain, database_url: str = ""
+    validator: Localnet, chain: Chain, database_url: str = "", rpc_url: str = ""
 ) -> AsyncIterator[Market]:
+    """A market whose facilitator reaches the validator at `rpc_url` (default: directly)."""
     merchant, fee_payer = Keypair(), chain.funded_keypair()
     mint = chain.create_mint()
     ata = chain.token_account(merchant.pubkey(), mint)
-    async with in_process_facilitator(validator.url, fee_payer, database_url=database_url) as fac:
+    rpc = rpc_url or validator.url
+    async with in_process_facilitator(rpc, fee_payer, database_url=database_url) as fac:
         store = fac.service.store
         provider_id = await store.providers.create("x402 merchant")
         await store.providers.add_resource(provider_id, "payTo", str(ata))

@@ -7,12 +7,11 @@ only mainnet's, devnet's and testnet's CAIP-2 ids)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,11 +19,11 @@ import pytest
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from svcpay.demo.children import Child, DemoFailed
 from svcpay.keys import save_keypair
 from svcpay.localnet.process import ROOT, Localnet
 from tests.support.billing import USDC, Billing, Plan
 from tests.support.chain import Chain
+from tests.support.processes import Processes
 
 DEVNET = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1"  # the local validator, to the SDK
 SVCPAY_DEVNET = "solana-devnet"  # the same, as svcpay's services name it
@@ -73,39 +72,6 @@ def ts_modules() -> Path:
             f"scripts/x402-ts (it needs Node.js and the npm registry once)\n{done.stderr[-2000:]}"
         )
     return modules
-
-
-class Processes:
-    """Services started for one test, each in its own process group with its output in
-    files; all stopped (SIGTERM, then SIGKILL) when the test ends."""
-
-    def __init__(self, logs: Path) -> None:
-        self.logs, self.children = logs, list[Child]()
-
-    def start(
-        self, name: str, argv: Sequence[str], ready: str, env: dict[str, str] | None = None
-    ) -> str:
-        """Runs `argv` and returns the URL in the line it prints when ready (`ready ...`)."""
-        # Not the caller's SVCPAY_* settings: only what each service is given.
-        inherited = {k: v for k, v in os.environ.items() if not k.startswith("SVCPAY_")}
-        child = Child(name, argv, {**inherited, "PYTHONUNBUFFERED": "1", **(env or {})}, self.logs)
-        self.children.append(child)
-        try:
-            line = child.wait_ready(ready, timeout=90)
-        except DemoFailed as e:
-            pytest.fail(f"{e}:\n{child.stderr_tail(40)}")
-        return next(word for word in line.split() if word.startswith("http://"))
-
-    def stop(self) -> None:
-        for child in reversed(self.children):
-            child.stop(timeout=10)
-
-
-@pytest.fixture
-def processes(tmp_path: Path) -> Iterator[Processes]:
-    running = Processes(tmp_path)
-    yield running
-    running.stop()
 
 
 @dataclass

@@ -61,9 +61,16 @@ def free_port() -> int:
 
 
 class PostgresCluster:
-    def __init__(self, bindir: Path | None = None, database: str = DATABASE) -> None:
+    def __init__(
+        self, bindir: Path | None = None, database: str = DATABASE, *, durable: bool = False
+    ) -> None:
+        """`durable`: every commit is written before it is acknowledged
+        (synchronous_commit=on), so a server killed mid-load loses no commit it reported;
+        what crash tests need. Without it commits are acknowledged first (fast; fine where
+        nothing kills the server)."""
         self.bindir = bindir or find_bindir()
         self.database = database
+        self.durable = durable
         self.root: Path | None = None
         self.port = 0
         self.url = ""
@@ -186,7 +193,7 @@ class PostgresCluster:
             "-c",
             "fsync=off",
             "-c",
-            "synchronous_commit=off",
+            f"synchronous_commit={'on' if self.durable else 'off'}",
             "-c",
             "full_page_writes=off",
             "-c",
@@ -246,6 +253,22 @@ class PostgresCluster:
             if self._watchdog.stdin is not None:
                 self._watchdog.stdin.close()
             self._watchdog = None
+
+    def kill(self) -> None:
+        """Kills the server as a crash would (SIGKILL to its process group), keeping its
+        data: `restart()` brings it back on the same port."""
+        server, self._server = self._server, None
+        self._stop_watchdog()
+        if server is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+    def restart(self) -> None:
+        """Starts the server again on its port and data after `kill()` (crash recovery
+        replays its log)."""
+        if self._server is None:
+            self._run_server(last_try=True)
 
     def _url(self, database: str) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import errno
 import json
+import logging
 import os
 import signal
 import socket
@@ -134,6 +135,10 @@ def serve(args: argparse.Namespace) -> int:
     require("svcpay facilitator serve", ["facilitator"], ["uvicorn"])
     import uvicorn
 
+    # One line per event on stderr, timestamped; an outage is one line when it starts and one
+    # when it ends, and the tracebacks behind it show at --log-level debug.
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("svcpay").setLevel(args.log_level.upper())
     cfg = config(args)
     if args.crank_interval is not None:
         cfg = replace(cfg, crank_interval_secs=args.crank_interval)

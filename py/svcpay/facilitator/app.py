@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -46,6 +47,7 @@ from svcpay.facilitator.models import (
     parse,
 )
 from svcpay.facilitator.openapi import schema
+from svcpay.facilitator.outage import DATABASE, RETRY_AFTER_SECS, Outage
 from svcpay.facilitator.service import Facilitator
 from svcpay.facilitator.usage import UsageError
 from svcpay.facilitator.webhooks import check_endpoint_url
@@ -56,12 +58,25 @@ from svcpay.schemes.x402_exact import facilitator as x402
 # signature); the RPC node gets this long to answer.
 MIN_FEE_PAYER_LAMPORTS = 1_000_000
 HEALTH_RPC_TIMEOUT_SECS = 2.0
+log = logging.getLogger("svcpay.facilitator")
 Handler = Callable[[Request], Awaitable[Response]]
 M = TypeVar("M", bound=BaseModel)
 
 
 def error(status: int, name: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": name, "message": message}, status_code=status)
+    """The API's error shape; a 503 says when to retry (`Retry-After`)."""
+    headers = {"Retry-After": str(RETRY_AFTER_SECS)} if status == 503 else None
+    return JSONResponse({"error": name, "message": message}, status_code=status, headers=headers)
+
+
+def unavailable(found: Outage) -> JSONResponse:
+    """A JSON 503 for an outage of the database or the RPC node: the same request succeeds
+    once it is back (a payment is settled at most once however often it is sent)."""
+    name = "DatabaseUnavailable" if found.dependency == DATABASE else "RpcUnavailable"
+    what = "the database" if found.dependency == DATABASE else "the RPC node"
+    return error(
+        503, name, f"{what} is unreachable; send the same request again in {RETRY_AFTER_SECS} s"
+    )
 
 
 class BadRequest(Exception):
@@ -128,11 +143,25 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
     store = fac.store
 
     def guarded(handler: Handler) -> Handler:
+        """Every route's errors as JSON: a 4xx for bad input, a 503 with Retry-After while
+        the database or the RPC node is unreachable (logged once per outage), and a 500
+        only for a bug (logged with its traceback)."""
+
         async def run(request: Request) -> Response:
             try:
                 return await handler(request)
             except BadRequest as e:
                 return error(e.status, e.name, e.message)
+            except SettlementError as e:
+                if e.status == 503:  # the RPC node did not answer: its state changes
+                    fac.dependencies.failed(e)
+                return error(e.status, e.name, e.message)
+            except Exception as e:
+                found = fac.dependencies.failed(e)
+                if found is not None:
+                    return unavailable(found)
+                log.exception("%s %s failed", request.method, request.url.path)
+                return error(500, "InternalError", "the facilitator failed; this is a bug")
 
         return run
 
@@ -154,10 +183,7 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
         option = body.payment_requirements
         if option.is_subscription or option.network != fac.config.network:
             raise BadRequest(f"only one-time {fac.config.network} payments are settled here")
-        try:
-            proof = await fac.settler.authorize(body.transaction, option)
-        except SettlementError as e:
-            return error(e.status, e.name, e.message)
+        proof = await fac.settler.authorize(body.transaction, option)
         return JSONResponse(proof.to_json_dict())
 
     async def verify(request: Request) -> Response:
@@ -206,7 +232,9 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
                 "status": "unknown" if balance is None else "low" if low else "ok",
             },
         }
-        return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
+        if body["status"] == "ok":
+            return JSONResponse(body)
+        return JSONResponse(body, 503, headers={"Retry-After": str(RETRY_AFTER_SECS)})
 
     async def fee_payer_balance() -> int | None:
         """The fee payer's lamports, or None when the RPC node does not answer in time."""
@@ -307,9 +335,9 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
             Route("/authorize", guarded(authorize), methods=["POST"]),
             Route("/verify", guarded(verify), methods=["POST"]),
             Route("/settle", guarded(settle), methods=["POST"]),
-            Route("/supported", supported),
-            Route("/health", health),
-            Route("/openapi.json", openapi),
+            Route("/supported", guarded(supported)),
+            Route("/health", guarded(health)),
+            Route("/openapi.json", guarded(openapi)),
             Route("/v1/usage", provider_only(usage), methods=["POST"]),
             Route("/v1/events", provider_only(list_events)),
             Route("/v1/webhooks", provider_only(webhooks), methods=["GET", "POST"]),
@@ -318,7 +346,7 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
             Route("/v1/analytics", provider_only(analytics_json)),
             Route("/v1/analytics/chart.png", provider_only(analytics_chart)),
         ],
-        exception_handlers={HTTPException: _http_error},
+        exception_handlers={HTTPException: _http_error, Exception: _bug},
         lifespan=lifespan,
     )
 
@@ -332,6 +360,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         status_code=exc.status_code,
         headers=exc.headers,
     )
+
+
+async def _bug(request: Request, exc: Exception) -> Response:
+    """What escaped every route's guard (Starlette's last resort): JSON, not plain text."""
+    return error(500, "InternalError", "the facilitator failed; this is a bug")
 
 
 def _range(request: Request) -> tuple[int, int]:

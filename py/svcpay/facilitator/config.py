@@ -9,8 +9,18 @@
     SVCPAY_FACILITATOR_KEYPAIR_JSON                                    the keypair's JSON array
     SVCPAY_NETWORK                   solana-mainnet                    network name in proofs
     SVCPAY_PROOF_TTL_SECS            300                               proof lifetime
-    SVCPAY_CRANK_INTERVAL_SECS       60                                billing runs; 0: off
+    SVCPAY_CRANK_INTERVAL_SECS       60                                billing runs at least
+                                                                       this often (sooner
+                                                                       when a renewal is
+                                                                       due); 0: off
+    SVCPAY_CRANK_LEASE_SECS          10                                a crank lease, renewed
+                                                                       while its pass runs
+                                                                       (2 to 3600; shortened
+                                                                       to a plan's period)
     SVCPAY_WEBHOOK_INTERVAL_SECS     1                                 outbox polling
+    SVCPAY_WEBHOOK_RETRY_SECS        30                                a failed delivery's
+                                                                       first retry (then
+                                                                       doubling to 6 h)
     SVCPAY_INDEXER_INTERVAL_SECS     2                                 chain events; 0: off
     SVCPAY_PAST_DUE_RETRY_SECS       3600                              first retry of a
                                                                        failed renewal
@@ -44,6 +54,11 @@ from solders.keypair import Keypair
 from svcpay.keys import KeypairFileError, load_keypair
 from svcpay.protocol.headers import NETWORK_MAINNET
 
+# A crank lease: long enough for a heartbeat (a third of it) to land in time, short enough
+# that another instance takes a dead one's work over quickly (docs/adr/0023).
+MIN_LEASE_SECS = 2
+MAX_LEASE_SECS = 3600
+
 
 class ConfigError(ValueError):
     """The configuration is incomplete or malformed; the message says what to set."""
@@ -57,7 +72,9 @@ class FacilitatorConfig:
     network: str = NETWORK_MAINNET
     proof_ttl_secs: int = 300
     crank_interval_secs: float = 60.0
+    crank_lease_secs: int = 10
     webhook_interval_secs: float = 1.0
+    webhook_retry_secs: int = 30
     indexer_interval_secs: float = 2.0
     past_due_retry_secs: int = 3600
     settle_unregistered: bool = False
@@ -76,8 +93,12 @@ class FacilitatorConfig:
             network=e.get("SVCPAY_NETWORK", cls.network),
             proof_ttl_secs=int(_number(e, "SVCPAY_PROOF_TTL_SECS", cls.proof_ttl_secs)),
             crank_interval_secs=_number(e, "SVCPAY_CRANK_INTERVAL_SECS", cls.crank_interval_secs),
+            crank_lease_secs=_lease(e),
             webhook_interval_secs=_number(
                 e, "SVCPAY_WEBHOOK_INTERVAL_SECS", cls.webhook_interval_secs
+            ),
+            webhook_retry_secs=max(
+                1, int(_number(e, "SVCPAY_WEBHOOK_RETRY_SECS", cls.webhook_retry_secs))
             ),
             indexer_interval_secs=_number(
                 e, "SVCPAY_INDEXER_INTERVAL_SECS", cls.indexer_interval_secs
@@ -114,6 +135,17 @@ def _number(env: Mapping[str, str], name: str, default: float) -> float:
     if value < 0:
         raise ConfigError(f"{name} must not be negative")
     return value
+
+
+def _lease(env: Mapping[str, str]) -> int:
+    name = "SVCPAY_CRANK_LEASE_SECS"
+    value = _number(env, name, FacilitatorConfig.crank_lease_secs)
+    if value != int(value) or not MIN_LEASE_SECS <= value <= MAX_LEASE_SECS:
+        raise ConfigError(
+            f"{name} must be a whole number of seconds from {MIN_LEASE_SECS} to "
+            f"{MAX_LEASE_SECS}, not {env.get(name)!r}"
+        )
+    return int(value)
 
 
 def _database_url(env: Mapping[str, str]) -> str:

@@ -4,12 +4,15 @@
 past due), so a packed transaction fails only when something else went wrong, most often
 another crank instance renewing one of its subscriptions first (`NotDue`). Then each of its
 subscriptions is retried alone, so one bad entry never blocks the rest. Running several
-cranks at once is safe: the program refuses a second collection in a period.
+cranks at once is safe: the program refuses a second collection in a period, and leases
+keep instances from doing the same work (short, renewed while a pass runs, given back when
+it ends: docs/adr/0023).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -22,11 +25,13 @@ from solders.keypair import Keypair
 from solders.message import MessageV0
 from solders.pubkey import Pubkey
 
+from svcpay.facilitator.config import MIN_LEASE_SECS, FacilitatorConfig
 from svcpay.facilitator.lifecycle import record_receipt
 from svcpay.facilitator.store import Store
 from svcpay.program import instructions
-from svcpay.program.client import BillingClient, Receipt, TransactionError
+from svcpay.program.client import BillingClient, Receipt, TransactionError, status_name
 from svcpay.program.errors import ProgramError
+from svcpay.program.generated.accounts.subscription import Subscription
 
 log = logging.getLogger("svcpay.crank")
 MAX_TX_BYTES = 1232  # Solana's packet limit for a serialized transaction
@@ -42,6 +47,7 @@ class CrankSummary:
     transactions: int = 0
     collected: int = 0  # base units
     errors: list[str] = field(default_factory=list)
+    next_run_in: float | None = None  # seconds until work is known to come (None: unknown)
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +59,7 @@ class CrankSummary:
             "transactions": self.transactions,
             "collected": str(self.collected),
             "errors": self.errors[:20],
+            "nextRunIn": None if self.next_run_in is None else round(self.next_run_in, 1),
         }
 
     def absorb(self, receipt: Receipt) -> None:
@@ -85,6 +92,80 @@ def _size(ixs: list[Instruction], payer: Pubkey) -> int:
     return 1 + 64 * message.header.num_required_signatures + len(bytes(message))
 
 
+# Leases (docs/adr/0023): short, renewed by a heartbeat while the pass runs, ended when it
+# ends however it ends. Only an instance that dies holds one to its end, so another takes
+# its subscriptions over within about `lease_secs`.
+DEFAULT_LEASE_SECS = FacilitatorConfig.crank_lease_secs
+# The soonest and latest the next pass is asked for (seconds from now), when the crank
+# knows when work comes next: a lease that lapses, a retry time, a period that ends.
+MIN_NEXT_RUN_SECS = 1.0
+NEXT_RUN_MARGIN_SECS = 0.5
+
+
+def is_due(sub: Subscription, now: int) -> bool:
+    """Whether `collect` acts on `sub` at `now`: ACTIVE with its period over, or PAST DUE
+    (retry or expire)."""
+    status = status_name(sub)
+    return status == "PastDue" or (status == "Active" and sub.current_period_end <= now)
+
+
+def next_due_in(subs: Sequence[tuple[Pubkey, Subscription]], now: int) -> float | None:
+    """Seconds until the first ACTIVE subscription of `subs` that is not due yet is due."""
+    ends = [
+        s.current_period_end
+        for _, s in subs
+        if status_name(s) == "Active" and s.current_period_end > now
+    ]
+    return float(min(ends) - now) if ends else None
+
+
+def lease_for(configured: int, due: Sequence[tuple[Pubkey, Subscription]]) -> int:
+    """The lease of a pass: the configured one, but no longer than the shortest period among
+    `due` (a lease outliving a period would let a crashed instance's subscriptions miss a
+    renewal), and never under MIN_LEASE_SECS."""
+    shortest = min((s.terms.period_secs for _, s in due), default=configured)
+    return max(MIN_LEASE_SECS, min(configured, shortest))
+
+
+class Leases:
+    """The leases this pass holds: renewed every third of their length while it runs (an
+    `async with` block), given back when it ends. One that ended in error is given back
+    without a retry penalty: nothing the subscriber did went wrong."""
+
+    def __init__(self, store: Store, owner: str, held: set[str], lease_secs: int) -> None:
+        self.store, self.owner, self.held, self.lease_secs = store, owner, held, lease_secs
+        self._beat: asyncio.Task[None] | None = None
+
+    def done(self, keys: Sequence[str]) -> None:
+        self.held.difference_update(keys)
+
+    async def __aenter__(self) -> Leases:
+        self._beat = asyncio.create_task(self._heartbeat())
+        return self
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_secs / 3)
+            if not self.held:
+                continue
+            try:
+                await self.store.crank.extend(sorted(self.held), self.owner, self.lease_secs)
+            except Exception as e:  # the pass notices the outage itself; the lease lapses
+                log.debug("lease heartbeat failed: %s", e)
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._beat is not None:
+            self._beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._beat
+        if self.held:
+            try:
+                await self.store.crank.give_back(sorted(self.held), self.owner)
+            except Exception as e:  # they lapse within lease_secs all the same
+                log.debug("giving back %d leases failed: %s", len(self.held), e)
+            self.held.clear()
+
+
 async def run_once(
     client: BillingClient,
     payer: Keypair,
@@ -94,94 +175,148 @@ async def run_once(
     *,
     store: Store | None = None,
     instance: str = "crank",
-    lease_secs: int = 300,
+    lease_secs: int = DEFAULT_LEASE_SECS,
     retry_secs: int = 60,
     past_due_retry_secs: int = 3600,
     concurrency: int = 4,
 ) -> CrankSummary:
     """Collects every subscription due at `now` (of `plan`, or of each of several plans, or
-    all) and returns a summary;
+    all) and returns a summary, with `next_run_in` (when the next work comes, if known);
     `progress` is called after each transaction. Up to `concurrency` transactions are in
     flight at once.
 
     With a `store`, instances share the work: each leases its subscriptions first (another
-    instance skips them until the lease lapses), records the program's events (webhooks,
-    analytics) and a run summary. A subscription whose collection failed waits before it is
-    tried again: `retry_secs` (doubling) when the transaction failed, `past_due_retry_secs`
-    (doubling, at most a day) when the subscriber could not pay, so a broke subscriber
-    costs a few fees per grace period rather than one per run."""
+    instance skips them until the lease is given back or lapses), records the program's
+    events (webhooks, analytics) and a run summary. A subscription whose collection failed
+    waits before it is tried again: `retry_secs` (doubling) when the transaction failed,
+    `past_due_retry_secs` (doubling, at most a day) when the subscriber could not pay, so a
+    broke subscriber costs a few fees per grace period rather than one per run. Any other
+    error (the RPC node or the database unreachable, a bug) ends the pass: its leases are
+    given back at once, without a retry penalty, and the error is raised."""
     summary = CrankSummary()
-    if plan is None or isinstance(plan, Pubkey):
-        due = await client.due_subscriptions(plan, now)
-    else:
-        now = await client.chain_time() if now is None else now
-        due = [d for p in plan for d in await client.due_subscriptions(p, now)]
+    plans = [plan] if plan is None or isinstance(plan, Pubkey) else list(plan)
+    clock = await client.chain_time() if now is None else now  # also the events' time
+    known = [s for p in plans for s in await client.subscriptions(p)]
+    due = [(k, s) for k, s in known if is_due(s, clock)]
     summary.due = len(due)
-    clock = now if now is not None else await client.chain_time()  # the events' time
-    run_id = await store.crank.start_run(instance) if store else None
-    if store is not None:
-        held = set(
-            await store.crank.claim(instance, [str(k) for k, _ in due], lease_secs=lease_secs)
-        )
-        summary.skipped += len(due) - len(held)
-        due = [(k, sub) for k, sub in due if str(k) in held]
+    summary.next_run_in = next_due_in(known, clock)
+    if store is None:
+        await _Pass(client, payer, summary, progress, concurrency).run(due)
+        return summary
 
-    async def sent(group: list[tuple[Pubkey, Instruction]]) -> None:
-        receipt = await client.send([ix for _, ix in group], [payer])
-        summary.absorb(receipt)
-        if progress:
-            progress(summary)
-        if store is not None:
-            await record_receipt(store, receipt, at=clock)
-            unpaid = {
-                str(e.data["subscription"]): e for e in receipt.events if e.name == "RenewalFailed"
-            }
-            for key, _ in group:
-                if str(key) in unpaid:
-                    reason = type(unpaid[str(key)].data.get("reason")).__name__
-                    await backoff(key, f"RenewalFailed: {reason}", past_due_retry_secs, 86_400)
-            await store.crank.release_many(
-                [str(k) for k, _ in group if str(k) not in unpaid], instance
-            )
+    run_id = await store.crank.start_run(instance)
+    lease = lease_for(lease_secs, due)
+    held = set(await store.crank.claim(instance, [str(k) for k, _ in due], lease_secs=lease))
+    skipped = [str(k) for k, _ in due if str(k) not in held]
+    summary.skipped += len(skipped)
+    if skipped and (free_at := await store.crank.next_free(skipped)) is not None:
+        summary.next_run_in = _sooner(summary.next_run_in, free_at - time.time())
+    try:
+        async with Leases(store, instance, held, lease) as leases:
+            work = _Pass(client, payer, summary, progress, concurrency)
+            work.store, work.leases, work.instance = store, leases, instance
+            work.retry_secs, work.past_due_retry_secs = retry_secs, past_due_retry_secs
+            work.events_at = clock
+            await work.run([(k, s) for k, s in due if str(k) in held])
+    except Exception as e:
+        summary.errors.append(f"pass ended: {type(e).__name__}: {e}"[:300])
+        with contextlib.suppress(Exception):  # the database may be what failed
+            await store.crank.finish_run(run_id, summary.to_json_dict())
+        raise
+    await store.crank.finish_run(run_id, summary.to_json_dict())
+    return summary
 
-    async def backoff(key: Pubkey, error: str, first: int, most: int) -> None:
-        assert store is not None
-        lease = await store.crank.lease(str(key))
-        attempts = (lease or {}).get("attempts", 0) + 1
-        delay = min(first * 2 ** (attempts - 1), most)
-        await store.crank.release(
-            str(key), error=error, retry_at=int(time.time()) + delay, owner=instance
-        )
 
-    async def failed(key: Pubkey, error: Exception) -> None:
-        summary.skipped += 1
-        summary.errors.append(f"{key}: {error}")
-        if progress:
-            progress(summary)
-        if store is not None:
-            await backoff(key, str(error), retry_secs, 6 * 3600)
+def _sooner(a: float | None, b: float) -> float:
+    return b if a is None else min(a, b)
 
-    slots = asyncio.Semaphore(max(1, concurrency))
 
-    async def handle(group: list[tuple[Pubkey, Instruction]]) -> None:
-        async with slots:
+class _Pass:
+    """One pass's collections: packed transactions, up to `concurrency` in flight."""
+
+    def __init__(
+        self,
+        client: BillingClient,
+        payer: Keypair,
+        summary: CrankSummary,
+        progress: Callable[[CrankSummary], None] | None,
+        concurrency: int,
+    ) -> None:
+        self.client, self.payer, self.summary, self.progress = client, payer, summary, progress
+        self.slots = asyncio.Semaphore(max(1, concurrency))
+        self.store: Store | None = None
+        self.leases: Leases | None = None
+        self.instance = "crank"
+        self.retry_secs, self.past_due_retry_secs = 60, 3600
+        self.events_at = 0
+
+    async def run(self, due: Sequence[tuple[Pubkey, Subscription]]) -> None:
+        """Every group, concurrently; the first error other than a refused transaction
+        cancels the rest and is raised."""
+        items = [(key, instructions.collect_subscription(sub)) for key, sub in due]
+        tasks = [asyncio.create_task(self.handle(g)) for g in pack(items, self.payer.pubkey())]
+        if not tasks:
+            return
+        finished, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        # Every error is retrieved (several groups may fail at once), the first is raised.
+        errors = [e for t in finished if not t.cancelled() and (e := t.exception()) is not None]
+        if errors:
+            raise errors[0]
+
+    async def handle(self, group: list[tuple[Pubkey, Instruction]]) -> None:
+        async with self.slots:
             try:
-                await sent(group)
+                await self.sent(group)
             except (ProgramError, TransactionError) as e:
                 if len(group) == 1:
-                    await failed(group[0][0], e)
+                    await self.failed(group[0][0], e)
                     return
                 log.info("a packed collect failed (%s); retrying %d one by one", e, len(group))
                 for item in group:
                     try:
-                        await sent([item])
+                        await self.sent([item])
                     except (ProgramError, TransactionError) as single:
-                        await failed(item[0], single)
+                        await self.failed(item[0], single)
 
-    groups = pack(
-        [(key, instructions.collect_subscription(sub)) for key, sub in due], payer.pubkey()
-    )
-    await asyncio.gather(*(handle(g) for g in groups))
-    if store is not None and run_id is not None:
-        await store.crank.finish_run(run_id, summary.to_json_dict())
-    return summary
+    async def sent(self, group: list[tuple[Pubkey, Instruction]]) -> None:
+        receipt = await self.client.send([ix for _, ix in group], [self.payer])
+        self.summary.absorb(receipt)
+        if self.progress:
+            self.progress(self.summary)
+        if self.store is None or self.leases is None:
+            return
+        # What happened on chain is also found by the indexer, should recording fail here.
+        await record_receipt(self.store, receipt, at=self.events_at)
+        unpaid = {
+            str(e.data["subscription"]): e for e in receipt.events if e.name == "RenewalFailed"
+        }
+        for key, _ in group:
+            if str(key) in unpaid:
+                reason = type(unpaid[str(key)].data.get("reason")).__name__
+                await self.backoff(
+                    key, f"RenewalFailed: {reason}", self.past_due_retry_secs, 86_400
+                )
+        paid = [str(k) for k, _ in group if str(k) not in unpaid]
+        await self.store.crank.release_many(paid, self.instance)
+        self.leases.done(paid)
+
+    async def backoff(self, key: Pubkey, error: str, first: int, most: int) -> None:
+        assert self.store is not None and self.leases is not None
+        lease = await self.store.crank.lease(str(key))
+        attempts = (lease or {}).get("attempts", 0) + 1
+        delay = min(first * 2 ** (attempts - 1), most)
+        await self.store.crank.release(
+            str(key), error=error, retry_at=int(time.time()) + delay, owner=self.instance
+        )
+        self.leases.done([str(key)])
+
+    async def failed(self, key: Pubkey, error: Exception) -> None:
+        self.summary.skipped += 1
+        self.summary.errors.append(f"{key}: {error}")
+        if self.progress:
+            self.progress(self.summary)
+        if self.store is not None:
+            await self.backoff(key, str(error), self.retry_secs, 6 * 3600)

@@ -23,6 +23,7 @@ from svcpay._extras import require
 from svcpay.protocol.replay import use_wal
 
 metadata = sa.MetaData()
+CONNECT_TIMEOUT_SECS = 5
 # NUMERIC holds any u64 on PostgreSQL; SQLite would round a NUMERIC through a float, so
 # there amounts are 64-bit INTEGERs (up to 2^63 - 1 base units).
 Amount = sa.Numeric(20, 0).with_variant(sa.BigInteger(), "sqlite")
@@ -227,7 +228,16 @@ def create_engine(url: str | URL) -> AsyncEngine:
         engine = create_async_engine(u, pool_size=1, max_overflow=0, pool_timeout=60)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
-    return create_async_engine(u, pool_size=10, max_overflow=10, pool_pre_ping=True)
+    # A server that is down refuses at once; one that hangs gets CONNECT_TIMEOUT_SECS, so
+    # a request answers 503 in seconds instead of waiting on a dead address.
+    return create_async_engine(
+        u,
+        pool_size=10,
+        max_overflow=10,
+        pool_pre_ping=True,
+        pool_timeout=CONNECT_TIMEOUT_SECS,
+        connect_args={"connect_timeout": CONNECT_TIMEOUT_SECS},
+    )
 
 
 def _sqlite_directory(u: URL) -> None:

@@ -144,6 +144,14 @@ def _components() -> Schema:
             "or a query parameter is out of range; the message names it"
         ),
         "RequestTooLarge": error(f"RequestTooLarge: the body exceeds {MAX_BODY} bytes"),
+        "Unavailable": {
+            **error(
+                "DatabaseUnavailable or RpcUnavailable: the database or the RPC node is "
+                "unreachable; send the same request again after the Retry-After header's "
+                "seconds (a payment is settled at most once however often it is sent)"
+            ),
+            "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+        },
         "Unauthorized": error(
             "Unauthorized: no `Authorization: Bearer <API key>`, or the key is unknown or revoked"
         ),
@@ -303,8 +311,8 @@ def _provider_paths() -> Schema:
                     ),
                     "413": shared("RequestTooLarge"),
                     "503": error(
-                        "DeductionPending (sent, not yet confirmed) or Unavailable (the RPC "
-                        "node or the database is unreachable): transient, report again with "
+                        "DeductionPending (sent, not yet confirmed), DatabaseUnavailable or "
+                        "RpcUnavailable (unreachable): transient, report again with "
                         "the same key after the Retry-After header's seconds"
                     ),
                 },
@@ -401,6 +409,14 @@ def _provider_paths() -> Schema:
     }
 
 
+def _with_unavailable(paths: Schema) -> Schema:
+    """Every operation may answer 503 while the database or the RPC node is away."""
+    for operations in paths.values():
+        for operation in operations.values():
+            operation["responses"].setdefault("503", shared("Unavailable"))
+    return paths
+
+
 @functools.cache
 def schema() -> dict[str, Any]:
     """The OpenAPI document, built once (callers share it: do not modify it)."""
@@ -418,6 +434,6 @@ def schema() -> dict[str, Any]:
             {"name": "provider", "description": "providers, with their API key"},
             {"name": "meta"},
         ],
-        "paths": {**_public_paths(), **_provider_paths()},
+        "paths": _with_unavailable({**_public_paths(), **_provider_paths()}),
         "components": _components(),
     }

@@ -22,18 +22,25 @@ from solders.pubkey import Pubkey
 
 from svcpay.facilitator import crank
 from svcpay.facilitator.config import FacilitatorConfig
+from svcpay.facilitator.crank import MIN_NEXT_RUN_SECS, NEXT_RUN_MARGIN_SECS
 from svcpay.facilitator.db import redacted
 from svcpay.facilitator.lifecycle import index_once
+from svcpay.facilitator.outage import Dependencies
 from svcpay.facilitator.settlement import RateLimit, Settler
 from svcpay.facilitator.store import Store
 from svcpay.facilitator.usage import UsageReporter
 from svcpay.facilitator.webhooks import Deliverer, host_of
 from svcpay.program.client import BillingClient
-from svcpay.rpc_errors import rpc_unreachable
 from svcpay.schemes.x402_exact.facilitator import X402Facilitator
 
 log = logging.getLogger("svcpay.facilitator")
 RECOVERY_INTERVAL_SECS = 30.0
+# After a failed pass: the next one 1 s later, doubling to 5 s, so work resumes within
+# seconds of the database or the RPC node coming back.
+BACKOFF_FIRST_SECS = 1.0
+BACKOFF_MOST_SECS = 5.0
+WATCH_INTERVAL_SECS = 1.0
+STOP_GRACE_SECS = 5.0
 
 
 class Facilitator:
@@ -54,8 +61,13 @@ class Facilitator:
         )
         self.x402 = X402Facilitator(self.settler, config.network)
         self.usage = UsageReporter(self.store, self.billing, self.keypair)
-        self.deliverer = Deliverer(self.store, allow_local=config.webhook_allow_local)
+        self.deliverer = Deliverer(
+            self.store,
+            allow_local=config.webhook_allow_local,
+            first_retry_secs=config.webhook_retry_secs,
+        )
         self.past_due_retry_secs = config.past_due_retry_secs
+        self.dependencies = Dependencies()  # what routes and loops saw of the database, RPC
         log.info(
             "facilitator %s: key %s, database %s, rpc host %s",
             config.instance,
@@ -88,6 +100,7 @@ class Facilitator:
             plans,
             store=self.store,
             instance=self.config.instance,
+            lease_secs=self.config.crank_lease_secs,
             past_due_retry_secs=self.past_due_retry_secs,
             progress=progress,
         )
@@ -99,21 +112,44 @@ class Facilitator:
         return await index_once(self.rpc, self.store)
 
     async def run_background(self, stop: asyncio.Event) -> None:
-        """The background loops; returns when `stop` is set."""
+        """The background loops; returns when `stop` is set (a pass still running then is
+        cancelled after STOP_GRACE_SECS, its leases given back)."""
         loops: list[tuple[str, float, Callable[[], Awaitable[object]]]] = [
             ("recovery", RECOVERY_INTERVAL_SECS, self.recover),
             ("webhooks", self.config.webhook_interval_secs, self.deliverer.run_once),
             ("crank", self.config.crank_interval_secs, self.crank_once),
             ("indexer", self.config.indexer_interval_secs, self.index_once),
         ]
-        rpc = RpcState()
         tasks = [
-            asyncio.create_task(_every(name, interval, work, stop, rpc))
+            asyncio.create_task(_every(name, interval, work, stop, self.dependencies))
             for name, interval, work in loops
             if interval > 0
         ]
+        tasks.append(asyncio.create_task(self._watch(stop)))
         await stop.wait()
+        _, running = await asyncio.wait(tasks, timeout=STOP_GRACE_SECS)
+        for task in running:
+            task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _watch(self, stop: asyncio.Event) -> None:
+        """While the database or the RPC node is down, asks it every WATCH_INTERVAL_SECS
+        whether it is back: the log says so at once, and the loops stop backing off."""
+        deps = self.dependencies
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), WATCH_INTERVAL_SECS)
+            for dep, probe in ((deps.database, self.store.ping), (deps.rpc, self._rpc_answers)):
+                started = time.monotonic()
+                if dep.down and await probe():
+                    dep.answered(started)
+
+    async def _rpc_answers(self) -> bool:
+        try:
+            await asyncio.wait_for(self.rpc.get_slot(), WATCH_INTERVAL_SECS)
+        except Exception:  # any failure to answer is "still down"
+            return False
+        return True
 
     async def aclose(self) -> None:
         await self.deliverer.aclose()
@@ -121,53 +157,38 @@ class Facilitator:
         await self.store.close()
 
 
-class RpcState:
-    """The RPC node's reachability as the background loops see it: one warning when it goes
-    down, one when it is back, nothing per failed attempt in between."""
-
-    def __init__(self) -> None:
-        self.down_since: float | None = None
-
-    def unreachable(self, reason: str) -> None:
-        if self.down_since is None:
-            self.down_since = time.monotonic()
-            log.warning("rpc unreachable: %s (background work retries until it is back)", reason)
-
-    def reachable(self, started: float) -> bool:
-        """A pass that began at `started` (monotonic) succeeded. It proves the node is back
-        only if it began after the outage was noticed: one that was already in flight says
-        nothing. Returns whether the node counts as reachable."""
-        if self.down_since is None:
-            return True
-        if started < self.down_since:
-            return False
-        log.warning("rpc back after %.0f s", time.monotonic() - self.down_since)
-        self.down_since = None
-        return True
-
-
 async def _every(
     name: str,
     interval: float,
     work: Callable[[], Awaitable[object]],
     stop: asyncio.Event,
-    rpc: RpcState | None = None,
+    dependencies: Dependencies | None = None,
 ) -> None:
-    rpc = rpc or RpcState()
-    failed_on_rpc = False
+    """Runs `work` every `interval` seconds until `stop` is set. A pass that fails waits
+    BACKOFF_FIRST_SECS, doubling to BACKOFF_MOST_SECS (never longer than `interval`), before
+    the next; an outage is logged once by `dependencies`, any other error once until a pass
+    succeeds. A pass may ask for the next one sooner (a CrankSummary's `next_run_in`)."""
+    deps = dependencies or Dependencies()
+    failures = 0
+    last_error = ""
     while not stop.is_set():
-        started = time.monotonic()
+        delay = interval
         try:
-            await work()
-        except Exception as e:  # each pass starts over from durable state; log, wait, retry
-            reason = rpc_unreachable(e)
-            if reason is None:
-                log.exception("%s pass failed", name)
-            else:
-                failed_on_rpc = True
-                rpc.unreachable(reason)
+            done = await work()
+        except Exception as e:  # each pass starts over from durable state
+            failures += 1
+            delay = min(interval, BACKOFF_FIRST_SECS * 2 ** (failures - 1), BACKOFF_MOST_SECS)
+            if deps.failed(e) is None:
+                error = f"{type(e).__name__}: {e}"
+                if error != last_error:
+                    log.exception("%s pass failed (logged once until a pass succeeds)", name)
+                    last_error = error
+                else:
+                    log.debug("%s pass failed again", name, exc_info=True)
         else:
-            if failed_on_rpc:  # this loop reached the node again
-                failed_on_rpc = not rpc.reachable(started)
+            failures, last_error = 0, ""
+            hint = getattr(done, "next_run_in", None)
+            if isinstance(hint, int | float):
+                delay = min(interval, max(MIN_NEXT_RUN_SECS, hint + NEXT_RUN_MARGIN_SECS))
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval)
+            await asyncio.wait_for(stop.wait(), delay)

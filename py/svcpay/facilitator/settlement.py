@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import logging
 import time
 from typing import Any
 
@@ -29,12 +31,15 @@ from solders.signature import Signature
 from solders.transaction import VersionedTransaction
 
 from svcpay.facilitator.errors import SettlementError
+from svcpay.facilitator.outage import DATABASE, RETRY_AFTER_SECS, outage
 from svcpay.facilitator.store import Event, Store, new_id
+from svcpay.facilitator.store.settlements import INTERRUPTED
 from svcpay.program.client import BLOCKHASH_LIFETIME_SECS, BillingClient
 from svcpay.protocol.models import PaymentOption
 from svcpay.protocol.proof import PaymentProof
 from svcpay.schemes.svcpay_proof.facilitator import check_payment, decode_payment
 
+log = logging.getLogger("svcpay.facilitator")
 SCHEME_SVCPAY = "svcpay"  # settled by /authorize
 SCHEME_X402 = "x402-exact"  # settled by x402's /settle
 # A settlement still "sending" this long after it was stored has no live request on it (a
@@ -156,7 +161,11 @@ class Settler:
         except RPCException as e:
             raise SettlementError("SimulationFailed", f"simulation refused: {e}", 422) from e
         except SolanaRpcException as e:
-            raise SettlementError("Unavailable", "the RPC node did not answer", 503) from e
+            raise SettlementError(
+                "RpcUnavailable",
+                f"the RPC node is unreachable; send the same request again in {RETRY_AFTER_SECS} s",
+                503,
+            ) from e
         if reply.value.err is not None:
             logs = " | ".join((reply.value.logs or [])[-3:])
             raise SettlementError(
@@ -207,19 +216,28 @@ class Settler:
                     return row, False
                 if exclusive and not created and not _abandoned(row):
                     return row, False  # another instance is sending it now
+                sent = False
                 try:
                     if created and simulate:
                         await self.simulate(signed)
                     if await self._landed(sig) is None:
+                        sent = True
                         await self._send(signed)
                 except SettlementError as e:
                     if e.name == "SettlementPending":
+                        raise
+                    if e.status == 503 and not sent:  # the node did not answer: not sent
+                        await self._interrupted(key, forget=created)
                         raise
                     # Another request or instance may have landed this very transaction
                     # (ours then fails as a duplicate): look before forgetting it.
                     if await self._landed_quietly(sig):
                         return await self._finish(row)
                     await self.store.settlements.forget(key)  # nothing was paid
+                    raise
+                except Exception as e:
+                    if outage(e) is not None:
+                        await self._interrupted(key, forget=created and not sent)
                     raise
                 return await self._finish(row)
             finally:
@@ -248,6 +266,17 @@ class Settler:
                 await self.store.settlements.forget(row["signature"])  # expired unsent
         return finished
 
+    async def _interrupted(self, key: str, *, forget: bool) -> None:
+        """An outage ended this request: the row is forgotten if this request stored it and
+        sent nothing, else marked interrupted (a repeat may take it over at once, where x402
+        would otherwise refuse it as a settlement in progress). Best effort: the database
+        may be what is down, and recovery finds the row either way."""
+        with contextlib.suppress(Exception):
+            if forget:
+                await self.store.settlements.forget(key)
+            else:
+                await self.store.settlements.interrupted(key)
+
     async def _landed_quietly(self, sig: Signature) -> bool:
         try:
             return bool(await self._landed(sig))
@@ -263,6 +292,11 @@ class Settler:
         return landed
 
     async def _finish(self, row: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Records the landed settlement `row` (its proof and its event) and returns the
+        stored row and whether this call recorded it. When the database fails here the
+        transfer has still landed, and the chain holds the money: the answer is the proof
+        all the same (recovery records it once the database is back), never an error that
+        reads as "not paid"."""
         now = int(time.time())
         proof = PaymentProof(
             network=row["network"],
@@ -292,9 +326,16 @@ class Settler:
             mode="one-time",
             amount=int(row["amount"]),
         )
-        stored, won = await self.store.settlements.finish(
-            row["signature"], proof.model_dump_json(), event
-        )
+        try:
+            stored, won = await self.store.settlements.finish(
+                row["signature"], proof.model_dump_json(), event
+            )
+        except Exception as e:
+            found = outage(e)
+            if found is None or found.dependency != DATABASE:
+                raise
+            log.info("settlement %s landed; recording it waits for the database", row["signature"])
+            return {**row, "status": "settled", "proof": proof.model_dump_json()}, True
         return {**row, "status": "settled", "proof": stored}, won
 
     async def check_proof(self, proof: PaymentProof) -> str | None:
@@ -354,4 +395,7 @@ class Settler:
 
 
 def _abandoned(row: dict[str, Any]) -> bool:
-    return int(row["created_at"]) < time.time() - ABANDONED_AFTER_SECS
+    """No live request is on `row`: an outage ended the one that was, or it is old."""
+    return row.get("error") == INTERRUPTED or (
+        int(row["created_at"]) < time.time() - ABANDONED_AFTER_SECS
+    )

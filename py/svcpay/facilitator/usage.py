@@ -24,6 +24,7 @@ from solders.pubkey import Pubkey
 from solders.transaction import VersionedTransaction
 
 from svcpay.facilitator.lifecycle import record_receipt
+from svcpay.facilitator.outage import DATABASE, outage
 from svcpay.facilitator.store import Store
 from svcpay.program.borsh import AccountInvalidDiscriminator
 from svcpay.program.client import BLOCKHASH_LIFETIME_SECS, BillingClient, TransactionError
@@ -87,8 +88,12 @@ class UsageReporter:
         try:
             return await self._report(provider_id, subscription, amount, idempotency_key)
         except TRANSIENT as e:
+            found = outage(e)
+            name = "Unavailable"  # the node answered with an error of its own
+            if found is not None:
+                name = "DatabaseUnavailable" if found.dependency == DATABASE else "RpcUnavailable"
             raise UsageError(
-                "Unavailable",
+                name,
                 f"the RPC node or the database is unreachable ({type(e).__name__}); "
                 "report again with the same idempotency key",
                 503,

@@ -60,16 +60,30 @@ class Deliverer:
         self._slots = asyncio.Semaphore(concurrency)
         self.allow_local = allow_local
         self.delivered = self.failed = 0
+        self._unrecorded: list[DeliveryOutcome] = []  # sent, but not yet recorded
 
     async def run_once(self) -> int:
-        """One pass: sends every due delivery (in batches); returns how many were tried."""
+        """One pass: sends every due delivery (in batches); returns how many were tried.
+
+        Outcomes the database could not take (it went away mid-pass) are kept and recorded
+        first in the next pass, before anything is claimed: a delivery that succeeded is
+        never sent again for want of its record. Only a crash between sending and recording
+        loses an outcome; then the lease lapses and the delivery is sent again (at least
+        once; receivers dedupe by event id)."""
+        if self._unrecorded:
+            await self.store.webhooks.record_attempts(self._unrecorded)
+            self._unrecorded = []
         tried = 0
         while True:
             due = await self.store.webhooks.claim(limit=self.batch, lease_secs=self.lease_secs)
             if not due:
                 return tried
             outcomes = await asyncio.gather(*(self._send(d) for d in due))
-            await self.store.webhooks.record_attempts(outcomes)
+            try:
+                await self.store.webhooks.record_attempts(outcomes)
+            except Exception:
+                self._unrecorded = list(outcomes)
+                raise
             tried += len(due)
 
     async def run(self, stop: asyncio.Event, interval: float = 1.0) -> None:

@@ -200,13 +200,8 @@ class BillingClient:
             return False
         return sub is not None and status_name(sub) == "Active"
 
-    async def due_subscriptions(
-        self, plan: Pubkey | None = None, now: int | None = None
-    ) -> list[tuple[Pubkey, Subscription]]:
-        """Subscriptions `collect` would act on at `now` (default: the cluster's clock, which
-        is what the program checks): ACTIVE ones whose period ended, and every PAST DUE one
-        (retry or expire)."""
-        now = await self.chain_time() if now is None else now
+    async def subscriptions(self, plan: Pubkey | None = None) -> list[tuple[Pubkey, Subscription]]:
+        """Every subscription of `plan` (or of every plan), with its address."""
         filters: list[int | MemcmpOpts] = [
             MemcmpOpts(offset=0, bytes=b58encode(Subscription.discriminator).decode())
         ]
@@ -217,12 +212,20 @@ class BillingClient:
                 self.program_id, Confirmed, encoding="base64", filters=filters
             )
         ).value
+        return [(k.pubkey, Subscription.decode(bytes(k.account.data))) for k in accounts]
+
+    async def due_subscriptions(
+        self, plan: Pubkey | None = None, now: int | None = None
+    ) -> list[tuple[Pubkey, Subscription]]:
+        """Subscriptions `collect` would act on at `now` (default: the cluster's clock, which
+        is what the program checks): ACTIVE ones whose period ended, and every PAST DUE one
+        (retry or expire)."""
+        now = await self.chain_time() if now is None else now
         due = []
-        for keyed in accounts:
-            sub = Subscription.decode(bytes(keyed.account.data))
+        for key, sub in await self.subscriptions(plan):
             status = status_name(sub)
             if status == "PastDue" or (status == "Active" and sub.current_period_end <= now):
-                due.append((keyed.pubkey, sub))
+                due.append((key, sub))
         return due
 
     async def chain_time(self) -> int:

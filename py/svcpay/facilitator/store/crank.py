@@ -75,6 +75,34 @@ class Crank(Part):
 
     async def release_many(self, subscriptions: Sequence[str], owner: str) -> None:
         """Ends `owner`'s leases of subscriptions handled successfully, in one statement."""
+        await self._update_leases(
+            subscriptions, owner, lease_until=0, next_attempt_at=0, attempts=0, last_error=None
+        )
+
+    async def extend(self, subscriptions: Sequence[str], owner: str, lease_secs: int) -> int:
+        """Renews `owner`'s live leases of `subscriptions` for `lease_secs` from now (the
+        heartbeat of a running pass); returns how many it renewed. A lease already given back
+        or taken over by another instance is left alone."""
+        if not subscriptions:
+            return 0
+        async with self.engine.begin() as conn:
+            res = await conn.execute(
+                crank_leases.update()
+                .where(
+                    crank_leases.c.subscription.in_(list(subscriptions))
+                    & (crank_leases.c.owner == owner)
+                    & (crank_leases.c.lease_until > 0)
+                )
+                .values(lease_until=now() + lease_secs)
+            )
+            return int(res.rowcount or 0)
+
+    async def give_back(self, subscriptions: Sequence[str], owner: str) -> None:
+        """Ends `owner`'s leases of subscriptions a pass did not get to (it failed or was
+        stopped): free for any instance at once, their retry schedule unchanged."""
+        await self._update_leases(subscriptions, owner, lease_until=0)
+
+    async def _update_leases(self, subscriptions: Sequence[str], owner: str, **values: Any) -> None:
         if not subscriptions:
             return
         async with self.engine.begin() as conn:
@@ -84,8 +112,23 @@ class Crank(Part):
                     crank_leases.c.subscription.in_(list(subscriptions))
                     & (crank_leases.c.owner == owner)
                 )
-                .values(lease_until=0, next_attempt_at=0, attempts=0, last_error=None)
+                .values(**values)
             )
+
+    async def next_free(self, subscriptions: Sequence[str]) -> int | None:
+        """When the first of `subscriptions` may be claimed again (unix seconds): its lease
+        lapses and its retry time has come. None if none is leased or waiting."""
+        if not subscriptions:
+            return None
+        later = sa.func.greatest if self.dialect == "postgresql" else sa.func.max  # of two
+        free_at = later(crank_leases.c.lease_until, crank_leases.c.next_attempt_at)
+        async with self.engine.connect() as conn:
+            found = await conn.scalar(
+                sa.select(sa.func.min(free_at)).where(
+                    crank_leases.c.subscription.in_(list(subscriptions))
+                )
+            )
+        return None if found is None else int(found)
 
     async def lease(self, subscription: str) -> dict[str, Any] | None:
         async with self.engine.connect() as conn:

@@ -12,6 +12,9 @@ from svcpay.facilitator.db import settlements
 from svcpay.facilitator.store._base import Part, amount_int, now
 from svcpay.facilitator.store.events import Event, Events
 
+# A settlement's `error` when an outage ended the request that was sending it.
+INTERRUPTED = "interrupted"
+
 
 class Settlements(Part):
     def __init__(self, engine: AsyncEngine, events: Events) -> None:
@@ -75,6 +78,16 @@ class Settlements(Part):
                 settlements.delete().where(
                     (settlements.c.signature == signature) & (settlements.c.status != "settled")
                 )
+            )
+
+    async def interrupted(self, signature: str) -> None:
+        """Marks a settlement still `sending` whose request an outage ended (a repeat may
+        take it over)."""
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                settlements.update()
+                .where((settlements.c.signature == signature) & (settlements.c.status == "sending"))
+                .values(error=INTERRUPTED)
             )
 
     async def pending(self) -> list[dict[str, Any]]:

@@ -244,9 +244,12 @@ class Webhooks(Part):
                         "last_error": o.error[:500],
                         "next_attempt_at": o.retry_at or 0,
                     }
-                await conn.execute(
+                await conn.execute(  # once: a batch recorded again changes nothing
                     webhook_deliveries.update()
-                    .where(webhook_deliveries.c.id == o.delivery_id)
+                    .where(
+                        (webhook_deliveries.c.id == o.delivery_id)
+                        & (webhook_deliveries.c.status == "pending")
+                    )
                     .values(
                         attempts=webhook_deliveries.c.attempts + 1,
                         last_status=o.status,

@@ -98,26 +98,38 @@ async def build_payment(
 async def _post_until_final(
     facilitator: httpx.AsyncClient, body: dict[str, object], patience: float
 ) -> httpx.Response:
-    """POST /authorize until a final answer. A timeout or `SettlementPending` leaves the
-    payment possibly in flight: the same signed transaction is sent again (the facilitator
-    settles it at most once), never a new one, so a payment is never made twice."""
+    """POST /authorize until a final answer. A timeout, `SettlementPending` or a 503 (the
+    facilitator's database or RPC node away for a moment) leaves the payment possibly in
+    flight: the same signed transaction is sent again (the facilitator settles it at most
+    once), never a new one, so a payment is never made twice."""
     deadline = time.monotonic() + patience
     delay = 0.5
     while True:
+        wait = delay
         try:
             reply = await facilitator.post("/authorize", json=body, timeout=30.0)
-            if not (reply.status_code == 504 and error_name(reply) == "SettlementPending"):
+            if reply.status_code == 503:
+                why = f"{error_name(reply) or 'unavailable'} (503)"
+                wait = max(delay, _retry_after(reply))
+            elif reply.status_code == 504 and error_name(reply) == "SettlementPending":
+                why = "SettlementPending"
+            else:
                 return reply
-            why = "SettlementPending"
         except httpx.TimeoutException as e:
             why = f"timeout ({type(e).__name__})"
-        if time.monotonic() + delay > deadline:
+        if time.monotonic() + wait > deadline:
             raise PaymentError(
                 f"the facilitator did not settle the payment in {patience:.0f} s ({why}); "
                 "it may still land: check your wallet before paying again"
             )
-        await asyncio.sleep(delay)
+        await asyncio.sleep(wait)
         delay = min(delay * 2, 8.0)
+
+
+def _retry_after(reply: httpx.Response) -> float:
+    """A 503's Retry-After in seconds (at most 30), or 0 when it names none."""
+    raw = reply.headers.get("retry-after", "")
+    return float(min(int(raw), 30)) if raw.isascii() and raw.isdigit() else 0.0
 
 
 def error_name(response: httpx.Response) -> str | None:

@@ -192,6 +192,8 @@ class X402Facilitator:
             try:
                 await self.settler.simulate(checked.signed)
             except SettlementError as e:
+                if e.status == UNAVAILABLE:  # not an answer about the payment: HTTP 503
+                    raise
                 raise _refused(e, checked.payer) from e
         except Refused as e:
             return VerifyResponse(
@@ -221,6 +223,8 @@ class X402Facilitator:
                     simulate=True,
                 )
             except SettlementError as e:
+                if e.status == UNAVAILABLE:  # not an answer about the payment: HTTP 503
+                    raise
                 refused = _refused(e, checked.payer)
                 return SettleResponse(
                     success=False,
@@ -320,6 +324,9 @@ class X402Facilitator:
 def _network(name: str) -> str:
     """svcpay's name for a CAIP-2 id or v1 name (a name x402 does not know stays itself)."""
     return svcpay_network(name) or name
+
+
+UNAVAILABLE = 503  # a SettlementError's status when the RPC node did not answer
 
 
 def _refused(e: SettlementError, payer: str) -> Refused:

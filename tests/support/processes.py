@@ -1,0 +1,46 @@
+"""Services that a test runs as separate processes (`svcpay facilitator serve`, the example
+API, foreign SDKs' programs): each in its own process group with its output in files, and
+all stopped when the test ends."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from svcpay.demo.children import Child, DemoFailed
+
+
+class Processes:
+    """Services started for one test, each in its own process group with its output in
+    files; all stopped (SIGTERM, then SIGKILL) when the test ends."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs, self.children = logs, list[Child]()
+
+    def start(
+        self, name: str, argv: Sequence[str], ready: str, env: dict[str, str] | None = None
+    ) -> str:
+        """Runs `argv` and returns the URL in the line it prints when ready (`ready ...`)."""
+        # Not the caller's SVCPAY_* settings: only what each service is given.
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("SVCPAY_")}
+        child = Child(name, argv, {**inherited, "PYTHONUNBUFFERED": "1", **(env or {})}, self.logs)
+        self.children.append(child)
+        try:
+            line = child.wait_ready(ready, timeout=90)
+        except DemoFailed as e:
+            pytest.fail(f"{e}:\n{child.stderr_tail(40)}")
+        return next(word for word in line.split() if word.startswith("http://"))
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            child.stop(timeout=10)
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    running = Processes(tmp_path)
+    yield running
+    running.stop()

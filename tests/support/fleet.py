@@ -1,0 +1,290 @@
+"""Several running facilitators, for fault tests (issue 28): `svcpay facilitator serve`
+processes sharing one database and one keypair, on the session's validator, with a provider,
+its plan and payTo registered and a webhook receiver that counts deliveries by event id.
+
+The database is a PostgreSQL server of the test's own, durable (synchronous_commit=on), so a
+kill of it loses no commit it acknowledged, or one SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from svcpay.client import build_payment
+from svcpay.demo.children import Child
+from svcpay.facilitator.db import crank_leases
+from svcpay.facilitator.store import Store
+from svcpay.keys import save_keypair
+from svcpay.localnet.process import Localnet
+from svcpay.program.client import BillingClient
+from svcpay.protocol.headers import NETWORK_MAINNET, SCHEME_EXACT
+from svcpay.protocol.models import PaymentOption
+from tests.support.billing import USDC
+from tests.support.chain import Chain
+from tests.support.processes import Processes
+
+PRICE = USDC // 10
+
+
+class Receiver:
+    """A webhook receiver on loopback: refuses the first try of every third event (a 500),
+    acknowledges the rest, and counts each event id's acknowledged deliveries."""
+
+    def __init__(self) -> None:
+        self.tries: Counter[str] = Counter()
+        self.acknowledged: Counter[str] = Counter()
+        self.types: dict[str, str] = {}
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with receiver.lock:
+                    event = body["id"]
+                    receiver.tries[event] += 1
+                    receiver.types[event] = body["type"]
+                    refuse = receiver.tries[event] == 1 and len(receiver.tries) % 3 == 0
+                    if not refuse:
+                        receiver.acknowledged[event] += 1
+                self.send_response(500 if refuse else 200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+@dataclass
+class Fleet:
+    """Facilitator processes on one database and keypair, and the provider they serve."""
+
+    chain: Chain
+    rpc: str  # what the facilitators reach the validator by (the validator, or a switch)
+    validator_url: str
+    database_url: str
+    fee_payer: Keypair
+    keypair_file: Path
+    provider: Keypair
+    mint: Pubkey
+    destination: Pubkey
+    provider_id: str
+    api_key: str
+    receiver: Receiver
+    processes: Processes
+    urls: list[str] = field(default_factory=list)
+    children: list[Child] = field(default_factory=list)
+    started: int = 0  # instance names are f1, f2, ... in start order, never reused
+
+    def start(self, n: int, **env: str) -> None:
+        for _ in range(n):
+            self.started += 1
+            name = f"f{self.started}"
+            argv = [
+                sys.executable, "-m", "svcpay.cli", "facilitator", "serve", "--port", "0",
+                "--url", self.rpc, "-k", str(self.keypair_file), "--database",
+                self.database_url, "--log-level", "info",
+            ]  # fmt: skip
+            config = {
+                "SVCPAY_INSTANCE": name,
+                "SVCPAY_NETWORK": NETWORK_MAINNET,
+                "SVCPAY_WEBHOOK_ALLOW_LOCAL": "1",
+                "SVCPAY_WEBHOOK_INTERVAL_SECS": "0.2",
+                "SVCPAY_WEBHOOK_RETRY_SECS": "1",
+                # The drop-in's clock jumps: look every second (real time needs no such
+                # setting: a pass is asked for when the first period ends).
+                "SVCPAY_CRANK_INTERVAL_SECS": "1",
+                "SVCPAY_INDEXER_INTERVAL_SECS": "1",
+                "SVCPAY_SETTLE_RATE": "1000",
+                "SVCPAY_SETTLE_BURST": "1000",
+                **env,
+            }
+            self.urls.append(
+                self.processes.start(
+                    f"facilitator {name}", argv, "svcpay facilitator ready", config
+                )
+            )
+            self.children.append(self.processes.children[-1])
+
+    def log(self, i: int) -> str:
+        return self.children[i].stderr_path.read_text(errors="replace")
+
+    async def plan(
+        self, plan_id: int, period: int, subscribers: int, periods: int = 3
+    ) -> tuple[Pubkey, list[Pubkey]]:
+        """A plan billed by the facilitators' key, registered, with `subscribers` who can pay
+        `periods` periods."""
+        billing = BillingClient.connect(self.validator_url)
+        try:
+            plan = await billing.create_plan(
+                self.provider, plan_id=plan_id, mint=self.mint, destination=self.destination,
+                billing_authority=self.fee_payer.pubkey(), amount=PRICE, period_secs=period,
+                grace_secs=period,
+            )  # fmt: skip
+            store = Store.open(self.database_url, migrate=False)
+            try:
+                await store.providers.add_resource(self.provider_id, "plan", str(plan))
+            finally:
+                await store.close()
+            wallets = [self.chain.funded_keypair() for _ in range(subscribers)]
+            for kp in wallets:
+                self.chain.token_account(kp.pubkey(), self.mint, periods * PRICE)
+            subs = await asyncio.gather(*(billing.subscribe(plan, kp) for kp in wallets))
+        finally:
+            await billing.close()
+        return plan, list(subs)
+
+    async def cycles(self, subs: list[Pubkey]) -> list[int]:
+        billing = BillingClient.connect(self.validator_url)
+        try:
+            found = await asyncio.gather(*(billing.fetch_subscription(k) for k in subs))
+        finally:
+            await billing.close()
+        return [s.cycles_billed if s else -1 for s in found]
+
+    async def payments(self, n: int) -> list[dict[str, Any]]:
+        """`n` signed svcpay payments of PRICE to the registered payTo, each from its own
+        wallet, as POST /authorize bodies."""
+        billing = BillingClient.connect(self.validator_url)
+        bodies = []
+        try:
+            for i in range(n):
+                wallet = self.chain.funded_keypair()
+                self.chain.token_account(wallet.pubkey(), self.mint, PRICE)
+                option = PaymentOption(
+                    scheme=SCHEME_EXACT, network=NETWORK_MAINNET, token=str(self.mint),
+                    amount=str(PRICE), pay_to=str(self.destination), memo=f"fault-{i}",
+                )  # fmt: skip
+                tx = await build_payment(billing.rpc, wallet, option, self.fee_payer.pubkey())
+                bodies.append(
+                    {
+                        "signedPayment": base64.b64encode(tx).decode(),
+                        "paymentRequirements": option.to_json_dict(),
+                    }
+                )
+        finally:
+            await billing.close()
+        return bodies
+
+    def received(self) -> int:
+        return int(self.chain.token_state(self.destination)["amount"])
+
+    def lease_holders(self) -> set[str]:
+        """Instances holding a live crank lease now."""
+        engine = sa.create_engine(sync_url(self.database_url))
+        try:
+            with engine.connect() as conn:
+                rows = conn.execute(
+                    sa.select(crank_leases.c.owner).where(crank_leases.c.lease_until > time.time())
+                )
+                return {r.owner for r in rows}
+        finally:
+            engine.dispose()
+
+
+def answer_kinds(replies: list[httpx.Response]) -> Counter[str]:
+    """'200', '503 json retry-after', or anything else as it is."""
+    kinds: Counter[str] = Counter()
+    for r in replies:
+        if r.status_code == 503 and r.headers.get("retry-after") and r.json().get("error"):
+            kinds["503 json retry-after"] += 1
+        else:
+            kinds[str(r.status_code)] += 1
+    return kinds
+
+
+async def settle_all(
+    urls: list[str], bodies: list[dict[str, Any]], *, concurrency: int = 8
+) -> list[httpx.Response]:
+    """Posts each body once to the instances in turn, `concurrency` at a time."""
+    slots = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(timeout=60) as http:
+
+        async def one(i: int, body: dict[str, Any]) -> httpx.Response:
+            async with slots:
+                return await http.post(f"{urls[i % len(urls)]}/authorize", json=body)
+
+        return await asyncio.gather(*(one(i, b) for i, b in enumerate(bodies)))
+
+
+async def until_paid(urls: list[str], body: dict[str, Any], patience: float = 60) -> httpx.Response:
+    """Posts `body` until it is settled (200), as the paying client does after a 503."""
+    deadline = time.monotonic() + patience
+    async with httpx.AsyncClient(timeout=60) as http:
+        i = 0
+        while True:
+            reply = await http.post(f"{urls[i % len(urls)]}/authorize", json=body)
+            if reply.status_code == 200 or time.monotonic() > deadline:
+                return reply
+            assert reply.status_code == 503, reply.text
+            i += 1
+            await asyncio.sleep(0.5)
+
+
+async def wait_for(condition: Any, timeout: float, step: float = 0.1) -> float:
+    """Seconds until `condition()` (awaitable or not) holds; fails after `timeout`."""
+    began = time.monotonic()
+    while True:
+        got = condition()
+        if asyncio.iscoroutine(got):
+            got = await got
+        if got:
+            return time.monotonic() - began
+        if time.monotonic() - began > timeout:
+            pytest.fail(f"not within {timeout:.0f} s")
+        await asyncio.sleep(step)
+
+
+async def make_fleet(
+    validator: Localnet,
+    chain: Chain,
+    database_url: str,
+    receiver: Receiver,
+    processes: Processes,
+    tmp: Path,
+    rpc: str = "",
+) -> Fleet:
+    fee_payer, provider = chain.funded_keypair(100 * 10**9), chain.funded_keypair()
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    store = Store.open(database_url)
+    try:
+        provider_id = await store.providers.create("faults")
+        _, key = await store.api_keys.create(provider_id)
+        await store.providers.add_resource(provider_id, "payTo", str(destination))
+        await store.webhooks.create_endpoint(provider_id, receiver.url, ["*"])
+    finally:
+        await store.close()
+    return Fleet(
+        chain=chain, rpc=rpc or validator.url, validator_url=validator.url,
+        database_url=database_url, fee_payer=fee_payer,
+        keypair_file=save_keypair(fee_payer, tmp / "facilitator.json"), provider=provider,
+        mint=mint, destination=destination, provider_id=provider_id, api_key=key,
+        receiver=receiver, processes=processes,
+    )  # fmt: skip
+
+
+def sync_url(url: str) -> str:
+    return url.replace("postgresql://", "postgresql+psycopg://", 1)

@@ -11,13 +11,19 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 
 from solders.keypair import Keypair
+from solders.pubkey import Pubkey
 
 from svcpay.localnet.chain import Chain
 from svcpay.localnet.process import DROP_IN, PROGRAM_SO, TEST_VALIDATOR, localnet
 from svcpay.localnet.validator import ValidatorNotFound, find_validator
-from svcpay.program import instructions, pda
+from svcpay.program import instructions, pda, sessions
+from svcpay.program.generated.accounts.session import Session
+from svcpay.program.generated.program_id import PROGRAM_ID
+from svcpay.program.session_client import pack
+from svcpay.protocol.voucher import SignedVoucher
 
 USDC = 10**6
 DAY = 86_400
@@ -93,6 +99,67 @@ def measure(chain: Chain) -> dict[str, int]:
     ix = instructions.close_plan(provider_key, plan)
     out["close_plan CU"] = chain.send_ok([ix], [provider]).compute_units
     out["program .so bytes"] = PROGRAM_SO.stat().st_size
+    out.update(measure_sessions(chain))
+    return out
+
+
+def consumed(logs: list[str], program: str) -> list[int]:
+    """Compute units each invocation of `program` consumed, from the runtime's log lines
+    (an outer program's figure includes the programs it called)."""
+    found = re.findall(rf"Program {program} consumed (\d+) of", "\n".join(logs))
+    return [int(n) for n in found]
+
+
+def measure_sessions(chain: Chain, batch: int = 4) -> dict[str, int]:
+    """Sessions: open, top-up, redeem (its own compute units apart from the token transfer
+    it calls; the Ed25519 precompile is in the transaction's total), as many sessions
+    redeemed in one transaction as fit (of `batch`), request_close and close."""
+    payer, provider = chain.fund(keypair("session-payer")), chain.fund(keypair("session-provider"))
+    key = keypair("session-key")
+    mint = chain.create_mint()
+    payer_token = chain.token_account(payer.pubkey(), mint, 1_000 * USDC)
+    recipient = chain.token_account(provider.pubkey(), mint)
+    out: dict[str, int] = {}
+    addresses = []
+    for session_id in range(1, batch + 2):
+        ix = sessions.open_session(
+            payer.pubkey(), session_id, signer=key.pubkey(), mint=mint, payer_token=payer_token,
+            recipient=recipient, deposit=10 * USDC, price=1_000,
+            expires_at=chain.unix_timestamp() + DAY, dispute_secs=3_600,
+        )  # fmt: skip
+        units = chain.send_ok([ix], [payer]).compute_units
+        out.setdefault("open_session CU", units)
+        addresses.append(pda.session_address(payer.pubkey(), session_id))
+
+    def state(address: Pubkey) -> Session:
+        acct = chain.account(address)
+        assert acct is not None
+        return Session.decode(acct.data)
+
+    first = addresses[0]
+    one = SignedVoucher.sign(key, first, 1_000)
+    result = chain.send_ok(sessions.redeem(state(first), first, one), [provider])
+    program = str(PROGRAM_ID)
+    token = str(state(first).token_program)
+    own = consumed(result.logs, program)[0] - sum(consumed(result.logs, token))
+    out["redeem_session CU (transaction)"] = result.compute_units
+    out["redeem_session CU (its own, without the token transfer)"] = own
+    vouchers = [(state(a), a, SignedVoucher.sign(key, a, 2_000)) for a in addresses[1:]]
+    fits = pack(vouchers, provider.pubkey())[0]
+    result = chain.send_ok(sessions.redeem_many(fits), [provider])
+    out["sessions redeemed in one transaction (size limit)"] = len(fits)
+    out[f"redeem_session x{len(fits)} in one transaction CU"] = result.compute_units
+    acct = chain.account(first)
+    assert acct is not None
+    out["session account bytes"] = len(acct.data)
+    out["session rent lamports"] = acct.lamports
+    s = state(first)
+    ix = sessions.top_up(s, first, USDC)
+    out["top_up_session CU"] = chain.send_ok([ix], [payer]).compute_units
+    ix = sessions.request_close(s, first)
+    out["request_close_session CU"] = chain.send_ok([ix], [payer]).compute_units
+    ix = sessions.close(s, first, provider.pubkey())
+    out["close_session CU"] = chain.send_ok([ix], [provider]).compute_units
     return out
 
 

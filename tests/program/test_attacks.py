@@ -31,10 +31,12 @@ from spl.token.constants import TOKEN_PROGRAM_ID
 from spl.token.instructions import transfer_checked
 from spl.token.models import TransferCheckedParams
 
-from svcpay.program import errors, generated, instructions, pda
+from svcpay.program import errors, generated, instructions, pda, sessions
 from svcpay.program.generated.accounts.allowance import Allowance
+from svcpay.program.generated.accounts.session import Session
 from svcpay.program.generated.program_id import PROGRAM_ID
 from svcpay.program.generated.types.subscription_status import Active, PastDue
+from svcpay.protocol.voucher import SignedVoucher
 from tests.support.asserts import assert_program_error
 from tests.support.billing import (
     USDC,
@@ -61,6 +63,7 @@ PROGRAMS = {
 
 CAP = 5 * USDC  # every subscription of the scene has an allowance of this cap
 BALANCE = 20 * USDC  # what each subscriber holds before subscribing (a period is 1 USDC)
+SESSION_ID = 1  # alice's session
 NEW_PLAN_ID = 1_000  # the id under which provider A creates a further plan
 # Failures raised outside svc_billing and Anchor, and how each shows in a failed transaction.
 RUNTIME_ERRORS: dict[str, Callable[[TxResult], bool]] = {
@@ -295,6 +298,10 @@ class Scene:
                 return off_bump([pda.ALLOWANCE_SEED, bytes(subscription)])
             case "delegate~":
                 return off_bump([pda.DELEGATE_SEED, bytes(sub.pubkey)])
+            case "session":
+                return pda.session_address(sub.pubkey, SESSION_ID)
+            case "vault":
+                return pda.vault_address(pda.session_address(sub.pubkey, SESSION_ID))
         raise KeyError(name)
 
     def snapshot(self) -> dict[str, AccountData | None]:
@@ -451,6 +458,50 @@ class Scene:
         ix = instructions.close_subscription(self.alice.pubkey, self.plan.address, True)
         return Attack("close_subscription", ix, [self.alice.keypair])
 
+    # -- sessions: alice pays provider A's destination (docs/adr/0024) ---------------------
+    def _open_session_ix(self) -> Instruction:
+        alice, address = self.alice, pda.session_address(self.alice.pubkey, SESSION_ID)
+        self.watched |= {"alice.session": address, "alice.vault": pda.vault_address(address)}
+        return sessions.open_session(
+            alice.pubkey, SESSION_ID, signer=alice.pubkey, mint=self.plan.mint,
+            payer_token=alice.token_account, recipient=self.plan.destination, deposit=CAP,
+            price=1, expires_at=self.chain.unix_timestamp() + self.clock.days(30),
+            dispute_secs=self.clock.days(1),
+        )  # fmt: skip
+
+    @cached_property
+    def session(self) -> Pubkey:
+        """Alice's open session."""
+        self.chain.send_ok([self._open_session_ix()], [self.alice.keypair])
+        return pda.session_address(self.alice.pubkey, SESSION_ID)
+
+    def session_state(self) -> Session:
+        found = self.chain.account(self.session)
+        assert found is not None
+        return Session.decode(found.data)
+
+    def open_session(self) -> Attack:
+        return Attack("open_session", self._open_session_ix(), [self.alice.keypair])
+
+    def top_up_session(self) -> Attack:
+        ix = sessions.top_up(self.session_state(), self.session, USDC)
+        return Attack("top_up_session", ix, [self.alice.keypair])
+
+    def redeem_session(self) -> Attack:
+        """A stranger redeems alice's voucher: the provider is paid."""
+        voucher = SignedVoucher.sign(self.alice.keypair, self.session, USDC)
+        precompile, ix = sessions.redeem(self.session_state(), self.session, voucher)
+        return Attack("redeem_session", ix, [self.stranger], prelude=[precompile])
+
+    def request_close_session(self) -> Attack:
+        ix = sessions.request_close(self.session_state(), self.session)
+        return Attack("request_close_session", ix, [self.alice.keypair])
+
+    def close_session(self) -> Attack:
+        """Provider A closes alice's session (cooperative)."""
+        ix = sessions.close(self.session_state(), self.session, self.plan.authority.pubkey())
+        return Attack("close_session", ix, [self.plan.authority])
+
 
 Build = Callable[[Scene], Attack]
 HONEST: dict[str, Build] = {
@@ -469,6 +520,11 @@ HONEST: dict[str, Build] = {
     "set_allowance_cap": Scene.set_allowance_cap,
     "close_subscription": Scene.close_subscription,
     "provider_pays_itself": Scene.provider_pays_itself,
+    "open_session": Scene.open_session,
+    "top_up_session": Scene.top_up_session,
+    "redeem_session": Scene.redeem_session,
+    "request_close_session": Scene.request_close_session,
+    "close_session": Scene.close_session,
 }
 
 
@@ -577,10 +633,17 @@ WRONG_OWNER = [
     case("set_allowance_cap", "AccountOwnedByWrongProgram", allowance="alice.wallet"),
     case("close_subscription", "AccountOwnedByWrongProgram", subscription="alice.wallet"),
     case("close_subscription", "AccountOwnedByWrongProgram", allowance="plan.mint"),
+    case("open_session", "MintMismatch", mint="carol.wallet"),
+    case("open_session", "TokenAccountMismatch", payer_token="carol.wallet"),
+    case("open_session", "TokenAccountMismatch", recipient="alice.wallet"),
+    case("redeem_session", "AccountOwnedByWrongProgram", session="alice.token"),
+    case("close_session", "AccountOwnedByWrongProgram", session="alice.wallet"),
     # The subscriber's token account replaced by one of the same mint that someone else owns.
     case("subscribe", "TokenAccountMismatch", subscriber_token="stranger.token"),
     case("collect", "TokenAccountMismatch", subscriber_token="stranger.token"),
     case("deduct_allowance", "TokenAccountMismatch", subscriber_token="stranger.token"),
+    case("open_session", "TokenAccountMismatch", payer_token="stranger.token"),
+    case("top_up_session", "TokenAccountMismatch", payer_token="stranger.token"),
 ]
 
 
@@ -641,6 +704,15 @@ SUBSTITUTION = [
     case("close_subscription", "ConstraintHasOne", subscriber="bob.wallet"),
     case("close_subscription", "ConstraintHasOne", subscription="bob.subscription"),
     case("close_subscription", "ConstraintHasOne", allowance="bob.allowance"),
+    # A session's money goes only where the session says.
+    case("redeem_session", "DestinationMismatch", recipient="stranger.token"),
+    case("redeem_session", "TokenAccountMismatch", vault="alice.token"),
+    case("close_session", "TokenAccountMismatch", refund="stranger.token"),
+    case("close_session", "Unauthorized", closer="carol.wallet"),
+    case("close_session", "Unauthorized", payer="stranger.wallet"),
+    case("top_up_session", "Unauthorized", payer="bob.wallet"),
+    case("request_close_session", "Unauthorized", payer="bob.wallet"),
+    case("open_session", "MintMismatch", mint="foreign.mint"),
 ]
 
 
@@ -679,6 +751,11 @@ COSPLAY = [
     case("set_allowance_cap", "AccountDiscriminatorMismatch", allowance="alice.subscription"),
     case("close_subscription", "AccountDiscriminatorMismatch", subscription="alice.allowance"),
     case("close_subscription", "AccountDiscriminatorMismatch", allowance="plan"),
+    case("redeem_session", "AccountDiscriminatorMismatch", session="alice.subscription"),
+    case("top_up_session", "AccountDiscriminatorMismatch", session="plan"),
+    case("close_session", "AccountDiscriminatorMismatch", session="alice.allowance"),
+    case("open_session", "MintMismatch", mint="alice.token"),
+    case("open_session", "TokenAccountMismatch", payer_token="plan.mint"),
 ]
 
 
@@ -859,6 +936,10 @@ FAKE_PROGRAMS = [
     case("deduct_allowance", "InvalidProgramId", token_program="memo"),
     case("deduct_allowance", "InvalidProgramId", token_program="token2022"),
     case("deduct_allowance", "InvalidProgramId", token_program="system"),
+    case("open_session", "InvalidProgramId", token_program="memo"),
+    case("open_session", "InvalidProgramId", system_program="memo"),
+    case("redeem_session", "MintMismatch", token_program="memo"),
+    case("close_session", "MintMismatch", token_program="svc_billing"),
 ]
 
 
@@ -886,6 +967,8 @@ DUPLICATES = [
     case("close_subscription", "AccountDiscriminatorMismatch", allowance="alice.subscription"),
     case("collect", "AccountDiscriminatorMismatch", allowance="alice.subscription"),
     case("deduct_allowance", "AccountDiscriminatorMismatch", subscription="plan"),
+    case("open_session", "DuplicateAccount", recipient="alice.token"),
+    case("top_up_session", "DuplicateAccount", payer_token="alice.vault"),
 ]
 
 

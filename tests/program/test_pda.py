@@ -22,6 +22,8 @@ def test_seeds_match_the_idl_constants() -> None:
     assert idl_constant("SUBSCRIPTION_SEED") == pda.SUBSCRIPTION_SEED
     assert idl_constant("ALLOWANCE_SEED") == pda.ALLOWANCE_SEED
     assert idl_constant("DELEGATE_SEED") == pda.DELEGATE_SEED
+    assert idl_constant("SESSION_SEED") == pda.SESSION_SEED
+    assert idl_constant("VAULT_SEED") == pda.VAULT_SEED
 
 
 def test_program_id_matches_the_idl_and_the_localnet_keypair() -> None:

@@ -20,6 +20,24 @@ pub const ALLOWANCE_SEED: &[u8] = b"allowance";
 #[constant]
 pub const DELEGATE_SEED: &[u8] = b"delegate";
 
+/// Session PDA: `[SESSION_SEED, payer, session_id (u64 LE)]`; its address is the channel id
+/// its vouchers name.
+#[constant]
+pub const SESSION_SEED: &[u8] = b"session";
+
+/// A session's vault (a token account it owns): `[VAULT_SEED, session]`.
+#[constant]
+pub const VAULT_SEED: &[u8] = b"vault";
+
+/// Shortest dispute window of a session, in seconds (short so tests run on a real
+/// validator; gates refuse sessions whose window is too short for them to redeem).
+#[constant]
+pub const MIN_DISPUTE_SECS: i64 = 1;
+
+/// Longest dispute window of a session, in seconds (30 days).
+#[constant]
+pub const MAX_DISPUTE_SECS: i64 = 30 * 24 * 60 * 60;
+
 /// Shortest billing period, in seconds. Short periods let tests renew on a real validator.
 #[constant]
 pub const MIN_PERIOD_SECS: i64 = 1;

@@ -51,4 +51,22 @@ pub enum BillingError {
     WrongDelegate,
     #[msg("the same account was passed where two different accounts are required")]
     DuplicateAccount,
+    #[msg("the transaction carries no Ed25519 signature by the session key over this voucher")]
+    VoucherNotSigned,
+    #[msg("a voucher's cumulative amount must exceed what was already redeemed")]
+    VoucherNotNewer,
+    #[msg("a voucher's cumulative amount must not exceed the session's deposit")]
+    VoucherOverDeposit,
+    #[msg("the voucher has expired")]
+    VoucherExpired,
+    #[msg("the session's expiry must be later than now and never earlier than before")]
+    InvalidExpiry,
+    #[msg("dispute_secs must lie between MIN_DISPUTE_SECS and MAX_DISPUTE_SECS")]
+    InvalidDispute,
+    #[msg("the session is closed")]
+    SessionClosed,
+    #[msg("the payer may close alone only after the dispute window")]
+    DisputeWindowOpen,
+    #[msg("the session must be open (not closing) for this operation")]
+    SessionNotOpen,
 }

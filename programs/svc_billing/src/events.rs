@@ -2,7 +2,7 @@
 //! in base units and the resulting state. Webhooks and analytics are built from them.
 use anchor_lang::prelude::*;
 
-use crate::state::{Plan, PlanStatus, Subscription, SubscriptionStatus};
+use crate::state::{Plan, PlanStatus, SessionStatus, Subscription, SubscriptionStatus};
 
 #[event]
 pub struct PlanCreated {
@@ -158,4 +158,54 @@ pub struct SubscriptionClosed {
     /// Cancelled or Expired.
     pub status: SubscriptionStatus,
     pub total_paid: u64,
+}
+
+#[event]
+pub struct SessionOpened {
+    pub session: Pubkey,
+    pub payer: Pubkey,
+    pub signer: Pubkey,
+    pub recipient: Pubkey,
+    pub mint: Pubkey,
+    pub deposit: u64,
+    pub price: u64,
+    pub expires_at: i64,
+    pub dispute_secs: i64,
+}
+
+#[event]
+pub struct SessionToppedUp {
+    pub session: Pubkey,
+    pub amount: u64,
+    /// The deposit after the top-up.
+    pub deposit: u64,
+    pub expires_at: i64,
+}
+
+#[event]
+pub struct SessionRedeemed {
+    pub session: Pubkey,
+    /// Base units paid to the recipient by this redeem.
+    pub amount: u64,
+    /// The voucher's cumulative amount, now the session's `redeemed`.
+    pub cumulative: u64,
+    pub deposit: u64,
+}
+
+#[event]
+pub struct SessionCloseRequested {
+    pub session: Pubkey,
+    /// The provider may redeem until this time; then the payer may close.
+    pub dispute_ends_at: i64,
+}
+
+#[event]
+pub struct SessionClosed {
+    pub session: Pubkey,
+    /// Who closed it: the provider (cooperative) or the payer (after the dispute window).
+    pub closed_by: Pubkey,
+    pub redeemed: u64,
+    /// Base units returned to the payer.
+    pub refunded: u64,
+    pub status: SessionStatus,
 }

@@ -15,7 +15,9 @@ pub mod errors;
 pub mod events;
 pub mod instructions;
 pub mod state;
+pub mod token_view;
 pub mod transfer;
+pub mod voucher;
 
 #[cfg(target_arch = "bpf")]
 mod sbf_builtins;
@@ -120,5 +122,41 @@ pub mod svc_billing {
     #[access_control(ctx.accounts.validate(amount))]
     pub fn deduct_allowance(ctx: Context<DeductAllowance>, amount: u64) -> Result<()> {
         DeductAllowance::handler(ctx, amount)
+    }
+
+    /// Opens a payment session: escrows `deposit` in the session's vault for vouchers
+    /// signed by `signer` (docs/adr/0024).
+    #[access_control(ctx.accounts.validate(&args))]
+    pub fn open_session(ctx: Context<OpenSession>, args: OpenSessionArgs) -> Result<()> {
+        OpenSession::handler(ctx, args)
+    }
+
+    /// Adds `amount` to an open session's deposit (payer); `expires_at` may extend it.
+    #[access_control(ctx.accounts.validate(amount, expires_at))]
+    pub fn top_up_session(
+        ctx: Context<TopUpSession>,
+        amount: u64,
+        expires_at: Option<i64>,
+    ) -> Result<()> {
+        TopUpSession::handler(ctx, amount, expires_at)
+    }
+
+    /// Pays the recipient what a voucher, verified by the Ed25519 precompile in the same
+    /// transaction, adds to what was already redeemed (anyone may send it).
+    #[access_control(ctx.accounts.validate(&args))]
+    pub fn redeem_session(ctx: Context<RedeemSession>, args: RedeemArgs) -> Result<()> {
+        RedeemSession::handler(ctx, args)
+    }
+
+    /// The payer asks to close: the dispute window starts.
+    pub fn request_close_session(ctx: Context<RequestCloseSession>) -> Result<()> {
+        RequestCloseSession::handler(ctx)
+    }
+
+    /// Refunds the rest and closes the vault: the provider at any time, the payer after
+    /// the dispute window.
+    #[access_control(ctx.accounts.validate())]
+    pub fn close_session(ctx: Context<CloseSession>) -> Result<()> {
+        CloseSession::handler(ctx)
     }
 }

@@ -1,8 +1,10 @@
-//! Moving a subscriber's tokens under the program's rules. Every pull goes through here.
+//! Moving a subscriber's tokens, and a session's escrow, under the program's rules. Every
+//! pull and every payout goes through here.
 use anchor_lang::prelude::*;
 use anchor_spl::token::{self, TokenAccount, TransferChecked};
+use anchor_spl::token_interface;
 
-use crate::constants::DELEGATE_SEED;
+use crate::constants::{DELEGATE_SEED, SESSION_SEED};
 use crate::errors::BillingError;
 
 /// Refuses a pull the token program would refuse, with the program's own error: the
@@ -57,6 +59,40 @@ pub fn pull<'info>(
                 authority: delegate.clone(),
             },
             signer,
+        ),
+        amount,
+        decimals,
+    )
+}
+
+/// Transfers `amount` from a session's vault to `destination`, signed by the session PDA
+/// (`[SESSION_SEED, payer, session_id, bump]`), through SPL Token or Token-2022.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+pub fn pay_from_vault<'info>(
+    token_program: &AccountInfo<'info>,
+    vault: &AccountInfo<'info>,
+    mint: &AccountInfo<'info>,
+    destination: &AccountInfo<'info>,
+    session: &AccountInfo<'info>,
+    seeds: (&Pubkey, u64, u8),
+    amount: u64,
+    decimals: u8,
+) -> Result<()> {
+    let (payer, session_id, bump) = seeds;
+    let id = session_id.to_le_bytes();
+    let bump = [bump];
+    let seeds: &[&[u8]] = &[SESSION_SEED, payer.as_ref(), &id, &bump];
+    token_interface::transfer_checked(
+        CpiContext::new_with_signer(
+            token_program.key(),
+            token_interface::TransferChecked {
+                from: vault.clone(),
+                mint: mint.clone(),
+                to: destination.clone(),
+                authority: session.clone(),
+            },
+            &[seeds],
         ),
         amount,
         decimals,

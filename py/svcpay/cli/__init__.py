@@ -8,6 +8,8 @@
     svcpay plan create|list|show|deprecate
     svcpay subscribe PLAN                subscribe (first period charged at once)
     svcpay subscription show|pause|resume|cancel SUB
+    svcpay session open|show|top-up|close
+                                         payment sessions: a deposit for signed vouchers
     svcpay pay URL                       fetch a gated URL, paying on 402
     svcpay facilitator serve|migrate|crank|provider
                                          run and operate the facilitator
@@ -59,6 +61,7 @@ from svcpay.cli import (
     pay,
     plan,
     program,
+    session,
     subscription,
     token,
 )
@@ -81,6 +84,7 @@ COMMANDS: list[ModuleType] = [
     token,
     plan,
     subscription,
+    session,
     pay,
     facilitator,
     example,

@@ -14,6 +14,8 @@ PLAN_SEED = b"plan"
 SUBSCRIPTION_SEED = b"subscription"
 ALLOWANCE_SEED = b"allowance"
 DELEGATE_SEED = b"delegate"
+SESSION_SEED = b"session"
+VAULT_SEED = b"vault"
 
 
 def plan_address(authority: Pubkey, plan_id: int, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
@@ -42,3 +44,17 @@ def allowance_address(subscription: Pubkey, program_id: Pubkey = PROGRAM_ID) -> 
 def delegate_address(subscriber: Pubkey, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
     """The PDA that `subscriber`'s paying token accounts delegate to."""
     return Pubkey.find_program_address([DELEGATE_SEED, bytes(subscriber)], program_id)[0]
+
+
+def session_address(payer: Pubkey, session_id: int, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
+    """Address of `payer`'s session `session_id` (a u64): the channel id of its vouchers."""
+    if not 0 <= session_id < 2**64:
+        raise ValueError(f"session_id must be a u64, got {session_id}")
+    return Pubkey.find_program_address(
+        [SESSION_SEED, bytes(payer), session_id.to_bytes(8, "little")], program_id
+    )[0]
+
+
+def vault_address(session: Pubkey, program_id: Pubkey = PROGRAM_ID) -> Pubkey:
+    """The token account that escrows `session`'s deposit."""
+    return Pubkey.find_program_address([VAULT_SEED, bytes(session)], program_id)[0]

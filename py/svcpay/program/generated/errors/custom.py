@@ -237,6 +237,103 @@ class DuplicateAccount(ProgramError):
     msg = "the same account was passed where two different accounts are required"
 
 
+class VoucherNotSigned(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(
+            6023,
+            "the transaction carries no Ed25519 signature by the session key over this voucher",
+        )
+
+    code = 6023
+    name = "VoucherNotSigned"
+    msg = "the transaction carries no Ed25519 signature by the session key over this voucher"
+
+
+class VoucherNotNewer(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(
+            6024, "a voucher's cumulative amount must exceed what was already redeemed"
+        )
+
+    code = 6024
+    name = "VoucherNotNewer"
+    msg = "a voucher's cumulative amount must exceed what was already redeemed"
+
+
+class VoucherOverDeposit(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(
+            6025, "a voucher's cumulative amount must not exceed the session's deposit"
+        )
+
+    code = 6025
+    name = "VoucherOverDeposit"
+    msg = "a voucher's cumulative amount must not exceed the session's deposit"
+
+
+class VoucherExpired(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(6026, "the voucher has expired")
+
+    code = 6026
+    name = "VoucherExpired"
+    msg = "the voucher has expired"
+
+
+class InvalidExpiry(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(
+            6027,
+            "the session's expiry must be later than now and never earlier than before",
+        )
+
+    code = 6027
+    name = "InvalidExpiry"
+    msg = "the session's expiry must be later than now and never earlier than before"
+
+
+class InvalidDispute(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(
+            6028, "dispute_secs must lie between MIN_DISPUTE_SECS and MAX_DISPUTE_SECS"
+        )
+
+    code = 6028
+    name = "InvalidDispute"
+    msg = "dispute_secs must lie between MIN_DISPUTE_SECS and MAX_DISPUTE_SECS"
+
+
+class SessionClosed(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(6029, "the session is closed")
+
+    code = 6029
+    name = "SessionClosed"
+    msg = "the session is closed"
+
+
+class DisputeWindowOpen(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(
+            6030, "the payer may close alone only after the dispute window"
+        )
+
+    code = 6030
+    name = "DisputeWindowOpen"
+    msg = "the payer may close alone only after the dispute window"
+
+
+class SessionNotOpen(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(
+            6031, "the session must be open (not closing) for this operation"
+        )
+
+    code = 6031
+    name = "SessionNotOpen"
+    msg = "the session must be open (not closing) for this operation"
+
+
 CustomError = typing.Union[
     InsufficientFunds,
     SubscriptionNotActive,
@@ -261,6 +358,15 @@ CustomError = typing.Union[
     AlreadySubscribed,
     WrongDelegate,
     DuplicateAccount,
+    VoucherNotSigned,
+    VoucherNotNewer,
+    VoucherOverDeposit,
+    VoucherExpired,
+    InvalidExpiry,
+    InvalidDispute,
+    SessionClosed,
+    DisputeWindowOpen,
+    SessionNotOpen,
 ]
 CUSTOM_ERROR_MAP: dict[int, CustomError] = {
     6000: InsufficientFunds(),
@@ -286,6 +392,15 @@ CUSTOM_ERROR_MAP: dict[int, CustomError] = {
     6020: AlreadySubscribed(),
     6021: WrongDelegate(),
     6022: DuplicateAccount(),
+    6023: VoucherNotSigned(),
+    6024: VoucherNotNewer(),
+    6025: VoucherOverDeposit(),
+    6026: VoucherExpired(),
+    6027: InvalidExpiry(),
+    6028: InvalidDispute(),
+    6029: SessionClosed(),
+    6030: DisputeWindowOpen(),
+    6031: SessionNotOpen(),
 }
 
 

@@ -2,12 +2,18 @@
 import typing
 from . import create_plan_args
 from .create_plan_args import CreatePlanArgs, CreatePlanArgsJSON
+from . import open_session_args
+from .open_session_args import OpenSessionArgs, OpenSessionArgsJSON
 from . import party
 from .party import PartyKind, PartyJSON
 from . import plan_status
 from .plan_status import PlanStatusKind, PlanStatusJSON
+from . import redeem_args
+from .redeem_args import RedeemArgs, RedeemArgsJSON
 from . import renewal_failure
 from .renewal_failure import RenewalFailureKind, RenewalFailureJSON
+from . import session_status
+from .session_status import SessionStatusKind, SessionStatusJSON
 from . import subscribe_args
 from .subscribe_args import SubscribeArgs, SubscribeArgsJSON
 from . import subscription_status

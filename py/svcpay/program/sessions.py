@@ -1,0 +1,152 @@
+"""svc_billing's session instructions with every account filled in (docs/adr/0024).
+
+A session escrows a payer's deposit for vouchers (`svcpay.protocol.voucher`); `redeem`
+returns the two instructions a redeem needs, the Ed25519 precompile verifying the voucher
+and `redeem_session` pointing at it, and `redeem_many` packs several sessions' vouchers
+behind one precompile instruction. Amounts are integers in the mint's base units.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from solders.instruction import AccountMeta, Instruction
+from solders.pubkey import Pubkey
+from solders.sysvar import INSTRUCTIONS
+from spl.token.constants import TOKEN_PROGRAM_ID
+
+from svcpay.program import pda
+from svcpay.program.generated import instructions as gen
+from svcpay.program.generated.accounts.session import Session
+from svcpay.program.generated.types.open_session_args import OpenSessionArgs
+from svcpay.program.generated.types.redeem_args import RedeemArgs
+from svcpay.protocol.voucher import SignedVoucher, ed25519_instruction
+
+
+def open_session(
+    payer: Pubkey,
+    session_id: int,
+    *,
+    signer: Pubkey,
+    mint: Pubkey,
+    payer_token: Pubkey,
+    recipient: Pubkey,
+    deposit: int,
+    price: int,
+    expires_at: int,
+    dispute_secs: int,
+    token_program: Pubkey = TOKEN_PROGRAM_ID,
+) -> Instruction:
+    """Opens `payer`'s session `session_id`, escrowing `deposit` from `payer_token` for
+    vouchers by `signer`, redeemed to `recipient`."""
+    session = pda.session_address(payer, session_id)
+    args = OpenSessionArgs(
+        session_id=session_id,
+        signer=signer,
+        deposit=deposit,
+        price=price,
+        expires_at=expires_at,
+        dispute_secs=dispute_secs,
+    )
+    ix = gen.open_session(
+        {"args": args},
+        {
+            "payer": payer,
+            "session": session,
+            "vault": pda.vault_address(session),
+            "mint": mint,
+            "payer_token": payer_token,
+            "recipient": recipient,
+        },
+    )
+    return _with_token_program(ix, token_program)
+
+
+def top_up(
+    session: Session, address: Pubkey, amount: int, expires_at: int | None = None
+) -> Instruction:
+    """Adds `amount` to the deposit of the session at `address` (its payer signs)."""
+    ix = gen.top_up_session(
+        {"amount": amount, "expires_at": expires_at},
+        {
+            "payer": session.payer,
+            "session": address,
+            "vault": pda.vault_address(address),
+            "mint": session.mint,
+            "payer_token": session.refund,
+        },
+    )
+    return _with_token_program(ix, session.token_program)
+
+
+def redeem_instruction(
+    session: Session, address: Pubkey, voucher: SignedVoucher, ed25519_index: int
+) -> Instruction:
+    """`redeem_session` for `voucher`, verified by the precompile at `ed25519_index`."""
+    args = RedeemArgs(
+        cumulative=voucher.cumulative, expiry=voucher.expiry, ed25519_index=ed25519_index
+    )
+    ix = gen.redeem_session(
+        {"args": args},
+        {
+            "session": address,
+            "vault": pda.vault_address(address),
+            "recipient": session.recipient,
+            "mint": session.mint,
+            "instructions": INSTRUCTIONS,
+        },
+    )
+    return _with_token_program(ix, session.token_program)
+
+
+def redeem(
+    session: Session, address: Pubkey, voucher: SignedVoucher, at: int = 0
+) -> list[Instruction]:
+    """The precompile instruction and the redeem, for a transaction in which the precompile
+    is instruction `at`."""
+    return [ed25519_instruction([voucher]), redeem_instruction(session, address, voucher, at)]
+
+
+def redeem_many(
+    sessions: Sequence[tuple[Session, Pubkey, SignedVoucher]], at: int = 0
+) -> list[Instruction]:
+    """One precompile instruction (at index `at`) verifying every voucher, then a redeem per
+    session."""
+    ixs = [ed25519_instruction([v for _, _, v in sessions])]
+    ixs += [redeem_instruction(s, a, v, at) for s, a, v in sessions]
+    return ixs
+
+
+def request_close(session: Session, address: Pubkey) -> Instruction:
+    """The payer asks to close: the provider keeps the dispute window to redeem."""
+    return gen.request_close_session({"payer": session.payer, "session": address})
+
+
+def close(session: Session, address: Pubkey, closer: Pubkey) -> Instruction:
+    """Refunds what the vault holds to the payer and closes it; `closer` is the provider
+    (any time) or the payer (after the dispute window)."""
+    ix = gen.close_session(
+        {
+            "closer": closer,
+            "session": address,
+            "vault": pda.vault_address(address),
+            "refund": session.refund,
+            "payer": session.payer,
+            "mint": session.mint,
+        }
+    )
+    return _with_token_program(ix, session.token_program)
+
+
+def _with_token_program(ix: Instruction, token_program: Pubkey) -> Instruction:
+    """`ix` with `token_program` where the generated client put SPL Token (it fills an
+    account named token_program with it; a Token-2022 mint's session needs its own)."""
+    if token_program == TOKEN_PROGRAM_ID:
+        return ix
+    metas = [
+        AccountMeta(token_program, m.is_signer, m.is_writable)
+        if m.pubkey == TOKEN_PROGRAM_ID
+        else m
+        for m in ix.accounts
+    ]
+    return Instruction(ix.program_id, ix.data, metas)

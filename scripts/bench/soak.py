@@ -20,6 +20,7 @@ import statistics
 import tempfile
 import threading
 import time
+import traceback
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -74,25 +75,35 @@ class Soak:
 
             async def worker() -> None:
                 while not self.stopping:
-                    if self.unsettled and self.answers["200"] % 5 == 0:
-                        body = self.unsettled.pop(0)
-                    else:
-                        body = (await self.fleet.payments(1))[0]
-                    url = self.fleet.urls[next(counter) % len(self.fleet.urls)]
                     try:
-                        reply = await http.post(f"{url}/authorize", json=body)
-                    except httpx.HTTPError as e:  # an instance killed mid-request
-                        self.answers[f"connection: {type(e).__name__}"] += 1
-                        self.unsettled.append(body)
-                        continue
-                    kind = _kind(reply)
-                    self.answers[kind] += 1
-                    if reply.status_code == 200:
-                        self.paid += 1
-                        self.last_ok = time.monotonic()
-                    elif kind == "503":
-                        self.unsettled.append(body)
+                        await one()
+                    except Exception as e:  # the soak's own client failed: say so, go on
+                        kind = f"client error: {type(e).__name__}"
+                        if not self.answers[kind]:
+                            traceback.print_exc()
+                        self.answers[kind] += 1
                         await asyncio.sleep(0.5)
+
+            async def one() -> None:
+                if self.unsettled and self.answers["200"] % 5 == 0:
+                    body = self.unsettled.pop(0)
+                else:
+                    body = (await self.fleet.payments(1))[0]
+                url = self.fleet.urls[next(counter) % len(self.fleet.urls)]
+                try:
+                    reply = await http.post(f"{url}/authorize", json=body)
+                except httpx.HTTPError as e:  # an instance killed mid-request
+                    self.answers[f"connection: {type(e).__name__}"] += 1
+                    self.unsettled.append(body)
+                    return
+                kind = _kind(reply)
+                self.answers[kind] += 1
+                if reply.status_code == 200:
+                    self.paid += 1
+                    self.last_ok = time.monotonic()
+                elif kind == "503":
+                    self.unsettled.append(body)
+                    await asyncio.sleep(0.5)
 
             await asyncio.gather(*(worker() for _ in range(concurrency)))
 
@@ -231,7 +242,7 @@ async def main(args: argparse.Namespace) -> int:
         bad = {
             k: v
             for k, v in soak.answers.items()
-            if k not in ("200", "503") and not k.startswith("connection")
+            if k not in ("200", "503") and not k.startswith(("connection", "client error"))
         }
         print(f"answers: {dict(soak.answers)}")
         print(

@@ -169,6 +169,9 @@ class Fleet:
         wallet, as POST /authorize bodies."""
         billing = BillingClient.connect(self.validator_url)
         bodies = []
+        # The chain's payer pays each new token account's rent: a long soak spends it all.
+        if self.chain.balance(self.chain.payer.pubkey()) < (n + 10) * 3_000_000:
+            self.chain.fund(self.chain.payer, 1_000 * 10**9)
         try:
             for i in range(n):
                 wallet = self.chain.funded_keypair()

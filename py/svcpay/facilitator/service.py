@@ -134,7 +134,8 @@ class Facilitator:
 
     async def _watch(self, stop: asyncio.Event) -> None:
         """While the database or the RPC node is down, asks it every WATCH_INTERVAL_SECS
-        whether it is back: the log says so at once, and the loops stop backing off."""
+        whether it is back, so the log says so at once (the loops retry on their own backoff,
+        at most BACKOFF_MOST_SECS apart)."""
         deps = self.dependencies
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):

@@ -8,6 +8,7 @@ import json
 import struct
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -106,6 +107,15 @@ def paid(pay_to: str, at: int, amount: int) -> Event:  # as the settler records 
     return ev("payment.settled", at, data, mode="one-time", amount=amount)
 
 
+def session_event(kind: str, session: str, at: int, data: dict[str, Any]) -> Event:
+    """As the indexer records them: only the opening names the recipient (the provider's
+    token account); later events find their provider through the session."""
+    amount = data.get("amount") if kind == "session.redeemed" else None
+    e = ev(kind, at, {"session": session, **data}, mode="session" if amount else None,
+           amount=amount)  # fmt: skip
+    return replace(e, session=session)
+
+
 def cancelled(sub: str, plan: str, at: int, *, at_period_end: bool) -> Event:
     data = {"status": "Active" if at_period_end else "Cancelled",
             "cancelAtPeriodEnd": at_period_end}  # fmt: skip
@@ -155,6 +165,10 @@ async def scenario(store: Store) -> tuple[str, str]:
         cancelled("S4", PB1, D0 + 3 * DAY + 2 * HOUR, at_period_end=False),
         # day 4: S4's account closed (churned once, on day 3)
         ended("closed", "S4", PB1, D0 + 4 * DAY, "Cancelled"),
+        # day 4: a session paying B, redeemed twice
+        session_event("session.opened", "C1", D0 + 4 * DAY, {"recipient": PAY_B}),
+        session_event("session.redeemed", "C1", D0 + 4 * DAY + HOUR, {"amount": 300_000}),
+        session_event("session.redeemed", "C1", D0 + 4 * DAY + 2 * HOUR, {"amount": 200_000}),
         # day 5, 6
         sub_created("S6", PX, D0 + 5 * DAY, 3 * M),
         sub_created("S7", PB1, D0 + 6 * DAY + 23 * HOUR, 12 * M),
@@ -171,6 +185,7 @@ def day(
     one_time: int = 0,
     subscription: int = 0,
     metered: int = 0,
+    session: int = 0,
     payments: int = 0,
     new: int = 0,
     churned: int = 0,
@@ -178,10 +193,11 @@ def day(
 ) -> dict[str, Any]:
     return {
         "date": date,
-        "volume": str(one_time + subscription + metered),
+        "volume": str(one_time + subscription + metered + session),
         "oneTime": str(one_time),
         "subscription": str(subscription),
         "metered": str(metered),
+        "session": str(session),
         "payments": payments,
         "newSubscriptions": new,
         "churned": churned,
@@ -198,12 +214,13 @@ async def test_the_report_for_all_providers(store: Store) -> None:
     )  # fmt: skip
     assert got["provider"] is None
     assert got["totals"] == {
-        "volume": str(44_900_000),
-        "payments": 11,
+        "volume": str(45_400_000),
+        "payments": 13,
         "byMode": {
             "oneTime": {"volume": str(3_500_000), "payments": 3},
             "subscription": {"volume": str(41 * M), "payments": 6},
             "metered": {"volume": str(400_000), "payments": 2},
+            "session": {"volume": str(500_000), "payments": 2},
         },
     }
     assert got["days"] == [
@@ -211,7 +228,7 @@ async def test_the_report_for_all_providers(store: Store) -> None:
         day("2024-03-02", subscription=6 * M, payments=2, new=2, active=4),
         day("2024-03-03", subscription=10 * M, metered=400_000, payments=3, active=4),
         day("2024-03-04", one_time=2_500_000, payments=2, churned=1, active=3),
-        day("2024-03-05", active=3),
+        day("2024-03-05", session=500_000, payments=2, active=3),
         day("2024-03-06", subscription=3 * M, payments=1, new=1, active=4),
         day("2024-03-07", subscription=12 * M, payments=1, new=1, active=5),
     ]
@@ -223,7 +240,7 @@ async def test_the_report_for_all_providers(store: Store) -> None:
     ]
     assert got["byProvider"] == [
         {"provider": a, "name": "Provider A", "volume": str(25_400_000), "payments": 7},
-        {"provider": b, "name": "Provider B", "volume": str(19 * M), "payments": 3},
+        {"provider": b, "name": "Provider B", "volume": str(19_500_000), "payments": 5},
         {"provider": None, "name": None, "volume": str(500_000), "payments": 1},
     ]
     # S1, S2, S3 (cancelled at period end, not ended yet), S6, S7; S4 churned, S5 before
@@ -245,7 +262,7 @@ async def test_a_provider_sees_only_its_own(store: Store) -> None:
     assert [d["activeSubscriptions"] for d in got_a["days"]] == [2, 3, 3, 3, 3, 4, 4]
 
     got_b = await report(store, provider_id=b, start=D0, end=END)
-    assert got_b["totals"]["volume"] == str(19 * M) and got_b["totals"]["payments"] == 3
+    assert got_b["totals"]["volume"] == str(19_500_000) and got_b["totals"]["payments"] == 5
     assert got_b["byPlan"] == [{"plan": PB1, "volume": str(17 * M), "payments": 2}]
     assert got_b["subscriptions"] == {"active": 1, "new": 2, "churned": 1}
     assert got_b["recurringRevenue"]["monthly"] == "986301"  # 12 * 30/365 tokens
@@ -269,8 +286,8 @@ async def test_a_cancel_at_period_end_churns_when_the_subscription_ends(store: S
     # the whole history: S5 and S4 churned (S4 once, though cancelled and then closed)
     everything = await report(store, provider_id=None, start=D0 - 30 * DAY, end=D0 + 30 * DAY)
     assert everything["subscriptions"] == {"active": 4, "new": 7, "churned": 3}
-    assert everything["totals"]["payments"] == 15
-    assert sum(int(d["volume"]) for d in everything["days"]) == 44_900_000 + 7 * M + 9 * M + 20 * M
+    assert everything["totals"]["payments"] == 17  # 15, and two session redeems
+    assert sum(int(d["volume"]) for d in everything["days"]) == 45_400_000 + 7 * M + 9 * M + 20 * M
 
 
 async def test_ranges_are_half_open_and_may_start_mid_day(store: Store) -> None:
@@ -302,7 +319,7 @@ async def test_an_empty_range_has_every_day_at_zero(store: Store) -> None:
     assert got["totals"] == {
         "volume": "0",
         "payments": 0,
-        "byMode": {"oneTime": zero, "subscription": zero, "metered": zero},
+        "byMode": {"oneTime": zero, "subscription": zero, "metered": zero, "session": zero},
     }
     assert got["byPlan"] == [] and got["byProvider"] == []
     assert got["subscriptions"] == {"active": 0, "new": 0, "churned": 0}

@@ -61,6 +61,7 @@ SEMANTIC = {
     "POST /verify",
     "POST /settle",
     "POST /v1/usage",
+    "POST /v1/sessions/vouchers",
     "GET /v1/analytics",
     "GET /v1/analytics/chart.png",
 }
@@ -101,6 +102,9 @@ schema.app = TARGET
 # The app ignores query parameters it does not know (as HTTP APIs do; OpenAPI cannot say so),
 # and the tests send the Authorization header themselves (valid, or none).
 schema.config.generation.update(allow_extra_parameters=False, with_security_parameters=False)
+# A body over the API's size limit is refused (413) before it is read, whatever else is wrong
+# with it: generated lists of large unknown-field objects reach it.
+schema.config.checks.negative_data_rejection.expected_statuses.append("413")
 
 
 # Every check schemathesis has runs on every response (its default); these are the ones this
@@ -201,6 +205,8 @@ def test_the_document_is_openapi_3_1_and_covers_every_route() -> None:
         "/health",
         "/openapi.json",
         "/v1/usage",
+        "/v1/sessions",
+        "/v1/sessions/vouchers",
         "/v1/events",
         "/v1/webhooks",
         "/v1/webhooks/{endpoint_id}",

@@ -7,7 +7,7 @@ same SQL on SQLite and PostgreSQL): day buckets are integer arithmetic on unix s
 
 - Volume: the events that carry a `mode` and an `amount` (payment.settled: one-time;
   subscription.created / .renewed: subscription, the period's charge; allowance.deducted:
-  metered), in base units, as decimal strings.
+  metered; session.redeemed: session, what a redeem paid), in base units, as decimal strings.
 - A subscription is active at time T when its subscription.created is before T and no churn
   event is: subscription.ended, subscription.closed, or an immediate subscription.cancelled
   (one with cancelAtPeriodEnd true only schedules the end; subscription.ended follows).
@@ -51,6 +51,7 @@ MODES: dict[str, str] = {
     "one-time": "oneTime",
     "subscription": "subscription",
     "metered": "metered",
+    "session": "session",
 }
 CREATED = "subscription.created"
 CHURN_TYPES = ("subscription.ended", "subscription.closed", "subscription.cancelled")
@@ -160,8 +161,8 @@ async def report(store: Store, *, provider_id: str | None, start: int, end: int)
     """The analytics of [start, end) (unix seconds), for one provider or (None) for all.
 
     `{"from", "to"` (first and last UTC day), `"start", "end", "provider", "totals": {"volume",
-    "payments", "byMode": {"oneTime"|"subscription"|"metered": {"volume", "payments"}}},
-    "days": [{"date", "volume", "oneTime", "subscription", "metered", "payments",
+    "payments", "byMode": {"oneTime"|"subscription"|"metered"|"session": {"volume", "payments"}}},
+    "days": [{"date", "volume", "oneTime", "subscription", "metered", "session", "payments",
     "newSubscriptions", "churned", "activeSubscriptions"}]` (every day, zeros included;
     active at the day's end), `"byPlan": [{"plan", "volume", "payments"}]` (payments with a
     plan, largest first), `"byProvider": [{"provider", "name", "volume", "payments"}]` (only
@@ -355,8 +356,18 @@ async def report(store: Store, *, provider_id: str | None, start: int, end: int)
 
 # -- the chart -------------------------------------------------------------------------------------
 
-_COLORS = {"oneTime": "#4e79a7", "subscription": "#f28e2b", "metered": "#59a14f"}
-_LABELS = {"oneTime": "one-time", "subscription": "subscription", "metered": "metered"}
+_COLORS = {
+    "oneTime": "#4e79a7",
+    "subscription": "#f28e2b",
+    "metered": "#59a14f",
+    "session": "#b07aa1",
+}
+_LABELS = {
+    "oneTime": "one-time",
+    "subscription": "subscription",
+    "metered": "metered",
+    "session": "session",
+}
 
 
 def chart_png(

@@ -51,6 +51,31 @@ class UsageResult(Body):
     remaining: Units | None = None
 
 
+class VoucherAnswer(Body):
+    session: Address
+    status: Literal["kept", "stale", "refused"] = Field(
+        description="kept: the session's highest, to be redeemed; stale: not above what is "
+        "kept or redeemed; refused: see reason"
+    )
+    reason: str | None = None
+
+
+class VoucherAnswers(Body):
+    vouchers: list[VoucherAnswer]
+
+
+class HeldSession(Body):
+    session: Address
+    cumulative: Units
+    redeemed: Units
+    due_at: int = Field(description="redeemed by then at the latest (unix seconds)")
+    last_error: str | None
+
+
+class HeldSessions(Body):
+    sessions: list[HeldSession]
+
+
 class Event(Body):
     """A lifecycle event (also the body of a webhook delivery)."""
 
@@ -132,6 +157,7 @@ class VolumeByMode(Body):
     one_time: Volume
     subscription: Volume
     metered: Volume
+    session: Volume
 
 
 class AnalyticsTotals(Body):
@@ -147,6 +173,7 @@ class AnalyticsDay(Body):
     one_time: Units
     subscription: Units
     metered: Units
+    session: Units
     volume: Units
     payments: Count
     new_subscriptions: Count

@@ -41,6 +41,7 @@ from svcpay.facilitator.models import (
     AuthorizeRequest,
     EventsQuery,
     RangeQuery,
+    SessionVouchersRequest,
     UsageRequest,
     VerifyRequest,
     WebhookRequest,
@@ -52,6 +53,7 @@ from svcpay.facilitator.service import Facilitator
 from svcpay.facilitator.usage import UsageError
 from svcpay.facilitator.webhooks import check_endpoint_url
 from svcpay.protocol.models import ProtocolError
+from svcpay.protocol.voucher import SignedVoucher, VoucherError
 from svcpay.schemes.x402_exact import facilitator as x402
 
 # /health: below this the fee payer is "low" (about 200 transactions' fees at 5,000 lamports a
@@ -263,6 +265,22 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
                 reply.headers["Retry-After"] = str(e.retry_after)
             return reply
 
+    async def session_vouchers(request: Request, provider_id: str) -> Response:
+        body = await request_body(request, SessionVouchersRequest)
+        vouchers = []
+        for i, item in enumerate(body.vouchers):
+            try:
+                raw = item.model_dump(by_alias=True, exclude_none=True)
+                vouchers.append(SignedVoucher.from_json_dict(raw))
+            except VoucherError as e:
+                raise BadRequest(f"vouchers.{i}: {e}") from e
+        answers = await fac.sessions.report(provider_id, vouchers)
+        return JSONResponse({"vouchers": answers})
+
+    async def held_sessions(request: Request, provider_id: str) -> Response:
+        rows = await store.sessions.of_provider(provider_id)
+        return JSONResponse({"sessions": [r.to_json_dict() for r in rows]})
+
     async def list_events(request: Request, provider_id: str) -> Response:
         page = query(request, EventsQuery)
         found = await store.events.read(provider_id, after_seq=page.after, limit=page.limit)
@@ -340,6 +358,8 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
             Route("/openapi.json", guarded(openapi)),
             Route("/v1/usage", provider_only(usage), methods=["POST"]),
             Route("/v1/events", provider_only(list_events)),
+            Route("/v1/sessions", provider_only(held_sessions)),
+            Route("/v1/sessions/vouchers", provider_only(session_vouchers), methods=["POST"]),
             Route("/v1/webhooks", provider_only(webhooks), methods=["GET", "POST"]),
             Route("/v1/webhooks/{endpoint_id}", provider_only(webhook), methods=["DELETE"]),
             Route("/v1/webhooks/{endpoint_id}/deliveries", provider_only(deliveries)),

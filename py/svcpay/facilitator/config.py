@@ -24,6 +24,15 @@
     SVCPAY_INDEXER_INTERVAL_SECS     2                                 chain events; 0: off
     SVCPAY_PAST_DUE_RETRY_SECS       3600                              first retry of a
                                                                        failed renewal
+    SVCPAY_SESSION_INTERVAL_SECS     5                                 the session redeemer's
+                                                                       pass; 0: off
+    SVCPAY_SESSION_REDEEM_SECS       300                               a voucher is redeemed
+                                                                       at most this long after
+                                                                       it was reported
+    SVCPAY_SESSION_REDEEM_AT         1000000                           ...or once a session's
+                                                                       unredeemed amount
+                                                                       reaches this (base
+                                                                       units)
     SVCPAY_INSTANCE                  host-pid                          name for leases
     SVCPAY_SETTLE_UNREGISTERED       0                                 1: settle payments to
                                                                        any payTo (pays fees
@@ -77,6 +86,9 @@ class FacilitatorConfig:
     webhook_retry_secs: int = 30
     indexer_interval_secs: float = 2.0
     past_due_retry_secs: int = 3600
+    session_interval_secs: float = 5.0
+    session_redeem_secs: int = 300
+    session_redeem_at: int = 1_000_000
     settle_unregistered: bool = False
     settle_rate_per_sec: float = 5.0
     settle_burst: int = 20
@@ -106,6 +118,13 @@ class FacilitatorConfig:
             past_due_retry_secs=int(
                 _number(e, "SVCPAY_PAST_DUE_RETRY_SECS", cls.past_due_retry_secs)
             ),
+            session_interval_secs=_number(
+                e, "SVCPAY_SESSION_INTERVAL_SECS", cls.session_interval_secs
+            ),
+            session_redeem_secs=int(
+                _number(e, "SVCPAY_SESSION_REDEEM_SECS", cls.session_redeem_secs)
+            ),
+            session_redeem_at=int(_number(e, "SVCPAY_SESSION_REDEEM_AT", cls.session_redeem_at)),
             instance=e.get("SVCPAY_INSTANCE", cls.instance),
             settle_unregistered=_flag(e, "SVCPAY_SETTLE_UNREGISTERED"),
             settle_rate_per_sec=_number(e, "SVCPAY_SETTLE_RATE", cls.settle_rate_per_sec)

@@ -94,6 +94,8 @@ events = sa.Table(
     sa.Index("ix_events_created_at", "created_at"),
     sa.Index("ix_events_subscription", "subscription"),  # migration 0002
     sa.Index("ix_events_provider_seq", "provider_id", "seq"),  # migration 0002
+    sa.Column("session", sa.String(64)),  # migration 0004: a session event's session
+    sa.Index("ix_events_session", "session"),
 )
 
 webhook_endpoints = sa.Table(
@@ -162,6 +164,26 @@ crank_runs = sa.Table(
     sa.Column("started_at", sa.BigInteger, nullable=False),
     sa.Column("finished_at", sa.BigInteger),
     sa.Column("summary", sa.Text),
+)
+
+# The highest voucher a provider's gate reported per session, and what the chain redeemed of
+# it; a redeemer leases a row while its redeem is on its way (migration 0004).
+session_vouchers = sa.Table(
+    "session_vouchers",
+    metadata,
+    sa.Column("session", sa.String(64), primary_key=True),
+    sa.Column("provider_id", sa.String(40), sa.ForeignKey("providers.id"), nullable=False),
+    sa.Column("signer", sa.String(64), nullable=False),
+    sa.Column("cumulative", Amount, nullable=False),
+    sa.Column("expiry", sa.BigInteger, nullable=False),  # the voucher's; 0 for none
+    sa.Column("signature", sa.String(100), nullable=False),  # base58
+    sa.Column("redeemed", Amount, nullable=False),
+    sa.Column("due_at", sa.BigInteger, nullable=False),  # redeem by then at the latest
+    sa.Column("lease_owner", sa.String(64)),
+    sa.Column("lease_until", sa.BigInteger, nullable=False),
+    sa.Column("last_error", sa.Text),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+    sa.Index("ix_session_vouchers_due", "due_at"),
 )
 
 cursors = sa.Table(

@@ -17,6 +17,11 @@ transaction and again by the indexer) is stored once.
 | SubscriptionClosed                      | subscription.closed                                 |
 | AllowanceDeducted                       | allowance.deducted (+ allowance.exhausted at 0 left)|
 | AllowanceCapChanged                     | allowance.raised / allowance.lowered                |
+| SessionOpened                           | session.opened                                      |
+| SessionToppedUp                         | session.topped_up                                   |
+| SessionRedeemed                         | session.redeemed (counted as session revenue)       |
+| SessionCloseRequested                   | session.close_requested                             |
+| SessionClosed                           | session.closed                                      |
 
 The facilitator adds payment.settled for each one-time payment it settles.
 """
@@ -26,6 +31,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from pydantic.alias_generators import to_camel
@@ -54,6 +60,11 @@ EVENT_TYPES = (
     "allowance.exhausted",
     "allowance.raised",
     "allowance.lowered",
+    "session.opened",
+    "session.topped_up",
+    "session.redeemed",
+    "session.close_requested",
+    "session.closed",
 )
 
 
@@ -92,6 +103,7 @@ def from_program_event(
     if isinstance(data.get("plan"), str):
         plan = data["plan"]
     sub = data.get("subscription") if isinstance(data.get("subscription"), str) else None
+    session = data.get("session") if isinstance(data.get("session"), str) else None
 
     def ev(
         kind: str, *, suffix: str = "", mode: str | None = None, amount: int | None = None
@@ -105,6 +117,7 @@ def from_program_event(
             chain_key=key + suffix,
             plan=plan,
             subscription=sub,
+            session=session,
             mode=mode,
             amount=amount,
         )
@@ -140,6 +153,16 @@ def from_program_event(
         if data.get("remaining") == 0:
             out.append(ev("allowance.exhausted", suffix=":exhausted"))
         return out
+    if name == "SessionOpened":
+        return [ev("session.opened")]
+    if name == "SessionToppedUp":
+        return [ev("session.topped_up")]
+    if name == "SessionRedeemed":
+        return [ev("session.redeemed", mode="session", amount=amount)]
+    if name == "SessionCloseRequested":
+        return [ev("session.close_requested")]
+    if name == "SessionClosed":
+        return [ev("session.closed")]
     if name == "AllowanceCapChanged":
         raised = int(data.get("newCap", 0)) > int(data.get("oldCap", 0))
         return [ev("allowance.raised" if raised else "allowance.lowered")]
@@ -147,15 +170,20 @@ def from_program_event(
 
 
 async def record_receipt(
-    store: Store, receipt: Receipt, plan: str | None = None, at: int | None = None
+    store: Store,
+    receipt: Receipt,
+    plan: str | None = None,
+    at: int | None = None,
+    provider_id: str | None = None,
 ) -> None:
     """Stores the lifecycle events of one of the facilitator's own transactions right away
     (the indexer finds them too; their chain keys make that second copy a no-op). `at` is
-    the cluster's clock (what the indexer records as the block time); default: now."""
+    the cluster's clock (what the indexer records as the block time); default: now.
+    `provider_id` attributes them when the caller knows whose they are."""
     at = int(time.time()) if at is None else at
     await store.events.add_many(
         [
-            ev
+            replace(ev, provider_id=provider_id) if provider_id else ev
             for index, event in enumerate(receipt.events)
             for ev in from_program_event(
                 event.name, event.data, signature=receipt.signature, index=index, at=at, plan=plan

@@ -222,3 +222,29 @@ class RangeQuery(Body):
         description="end of the range: a UTC date YYYY-MM-DD (inclusive) or unix seconds "
         "(exclusive); default: the end of today",
     )
+
+
+class VoucherTerms(Body):
+    channel_id: Address = Field(description="the session's address")
+    cumulative_amount: str = Field(
+        pattern="^[0-9]{1,20}$", description="base units, in all (a u64 as a decimal string)"
+    )
+    expires_at: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = Field(
+        default=None, description="unix seconds; absent or 0 for none"
+    )
+
+
+class SignedVoucherBody(Body):
+    """MPP's signed session voucher: Ed25519 over `0x56 0x01 | channel | cumulative u64 LE |
+    expiry i64 LE`."""
+
+    voucher: VoucherTerms
+    signer: Address
+    signature: str = Field(pattern="^[1-9A-HJ-NP-Za-km-z]{64,88}$", description="base58")
+    signature_type: Literal["ed25519"]
+
+
+class SessionVouchersRequest(Body):
+    """POST /v1/sessions/vouchers: the highest vouchers a gate served, one per session."""
+
+    vouchers: list[SignedVoucherBody] = Field(min_length=1, max_length=100)

@@ -104,11 +104,14 @@ MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (m.AuthorizeRequest, "validation"),  # its PaymentOption (OneTimeOption)
     (m.VerifyRequest, "validation"),  # its PaymentProof, also /authorize's answer
     (m.UsageRequest, "validation"),
+    (m.SessionVouchersRequest, "validation"),
     (m.WebhookRequest, "validation"),
     (a.Error, "serialization"),
     (a.Verdict, "serialization"),
     (a.UsageResult, "serialization"),
     (a.EventPage, "serialization"),
+    (a.VoucherAnswers, "serialization"),
+    (a.HeldSessions, "serialization"),
     (a.EndpointList, "serialization"),
     (a.CreatedEndpoint, "serialization"),
     (a.DeliveryList, "serialization"),
@@ -315,6 +318,32 @@ def _provider_paths() -> Schema:
                         "RpcUnavailable (unreachable): transient, report again with "
                         "the same key after the Retry-After header's seconds"
                     ),
+                },
+            }
+        },
+        "/v1/sessions/vouchers": {
+            "post": {
+                **PROVIDER,
+                "operationId": "reportVouchers",
+                "summary": "Report the highest session vouchers a gate took: the facilitator "
+                "redeems them on chain, many sessions per transaction",
+                "requestBody": body(m.SessionVouchersRequest, "one voucher per session"),
+                "responses": {
+                    "200": ok("one answer per voucher, in order", model(a.VoucherAnswers)),
+                    "400": shared("InvalidRequest"),
+                    **unauthorized,
+                    "413": shared("RequestTooLarge"),
+                },
+            }
+        },
+        "/v1/sessions": {
+            "get": {
+                **PROVIDER,
+                "operationId": "listSessions",
+                "summary": "This provider's sessions with vouchers: what is held, redeemed, due",
+                "responses": {
+                    "200": ok("the sessions, newest first", model(a.HeldSessions)),
+                    **unauthorized,
                 },
             }
         },

@@ -1,11 +1,11 @@
 """The facilitator as a running service: its parts wired together, and its background work.
 
 `Facilitator(config)` opens the database (upgrading its schema), the RPC connection, and
-builds the settler (and x402's /verify and /settle over it), the usage reporter and the
-webhook deliverer. `run_background(stop)` runs, until `stop` is set: webhook delivery, the
-billing crank, and the chain indexer (program events -> lifecycle events), each on its own
-interval and each surviving its own errors. On start, settlements and usage reports
-interrupted by a crash are recovered.
+builds the settler (and x402's /verify and /settle over it), the usage reporter, the
+session redeemer and the webhook deliverer. `run_background(stop)` runs, until `stop` is
+set: webhook delivery, the billing crank, session redeems, and the chain indexer (program
+events -> lifecycle events), each on its own interval and each surviving its own errors. On
+start, settlements and usage reports interrupted by a crash are recovered.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from svcpay.facilitator.crank import MIN_NEXT_RUN_SECS, NEXT_RUN_MARGIN_SECS
 from svcpay.facilitator.db import redacted
 from svcpay.facilitator.lifecycle import index_once
 from svcpay.facilitator.outage import Dependencies
+from svcpay.facilitator.sessions import RedeemSummary, SessionRedeemer
 from svcpay.facilitator.settlement import RateLimit, Settler
 from svcpay.facilitator.store import Store
 from svcpay.facilitator.usage import UsageReporter
@@ -61,6 +62,14 @@ class Facilitator:
         )
         self.x402 = X402Facilitator(self.settler, config.network)
         self.usage = UsageReporter(self.store, self.billing, self.keypair)
+        self.sessions = SessionRedeemer(
+            self.store,
+            self.billing,
+            self.keypair,
+            instance=config.instance,
+            redeem_secs=config.session_redeem_secs,
+            redeem_at=config.session_redeem_at,
+        )
         self.deliverer = Deliverer(
             self.store,
             allow_local=config.webhook_allow_local,
@@ -108,6 +117,12 @@ class Facilitator:
             log.info("billing run: %s", summary.to_json_dict())
         return summary
 
+    async def redeem_once(self) -> RedeemSummary:
+        summary = await self.sessions.run_once()
+        if summary.due or summary.failed:
+            log.info("session redeems: %s", summary.to_json_dict())
+        return summary
+
     async def index_once(self) -> int:
         return await index_once(self.rpc, self.store)
 
@@ -119,6 +134,7 @@ class Facilitator:
             ("webhooks", self.config.webhook_interval_secs, self.deliverer.run_once),
             ("crank", self.config.crank_interval_secs, self.crank_once),
             ("indexer", self.config.indexer_interval_secs, self.index_once),
+            ("sessions", self.config.session_interval_secs, self.redeem_once),
         ]
         tasks = [
             asyncio.create_task(_every(name, interval, work, stop, self.dependencies))

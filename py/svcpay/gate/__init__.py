@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from svcpay.gate.asgi import PaymentGate, payment_gate
-    from svcpay.gate.pricing import OneTime, Subscription, build_payment_required
+    from svcpay.gate.pricing import OneTime, Session, Subscription, build_payment_required
     from svcpay.gate.wsgi import PaymentGateWSGI, payment_gate_wsgi
 
 _WHERE = {
@@ -17,11 +17,19 @@ _WHERE = {
     "payment_gate": "svcpay.gate.asgi",
     "OneTime": "svcpay.gate.pricing",
     "Subscription": "svcpay.gate.pricing",
+    "Session": "svcpay.gate.pricing",
     "build_payment_required": "svcpay.gate.pricing",
     "PaymentGateWSGI": "svcpay.gate.wsgi",
     "payment_gate_wsgi": "svcpay.gate.wsgi",
 }
-__all__ = ["OneTime", "PaymentGate", "Subscription", "build_payment_required", "payment_gate"]
+__all__ = [
+    "OneTime",
+    "PaymentGate",
+    "Session",
+    "Subscription",
+    "build_payment_required",
+    "payment_gate",
+]
 __all__ += ["PaymentGateWSGI", "payment_gate_wsgi"]
 
 

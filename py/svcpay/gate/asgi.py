@@ -32,6 +32,7 @@ from svcpay.gate.pricing import PricingEntry, Terms
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.replay import ReplayStore
 from svcpay.protocol.verify import RemoteVerifier
+from svcpay.schemes.session.server import SessionScheme
 from svcpay.schemes.subscription.server import Meter, Subscriptions, SubscriptionView
 from svcpay.schemes.x402_exact.facilitator_client import X402Facilitator
 from svcpay.schemes.x402_exact.idempotency import PaymentIdStore
@@ -63,6 +64,7 @@ class PaymentGate:
         serves: Callable[[Scope], bool] | None = None,
         x402_facilitator: X402Facilitator | None = None,
         payment_ids: PaymentIdStore | None = None,
+        sessions: SessionScheme | None = None,
     ) -> None:
         """`remote` (e.g. FacilitatorVerifier) replaces the offline signature check with
         the facilitator's POST /verify; memo and replay checks stay here. `serves(scope)`
@@ -74,7 +76,9 @@ class PaymentGate:
         that wallet's associated token account, or `terms.fee_payer` is missing):
         `x402_facilitator` verifies and settles (default: an X402FacilitatorClient of
         `terms.facilitator`); `payment_ids` keeps the payment-identifier responses
-        (default: beside `replay`, see `idempotency.shared_with`)."""
+        (default: beside `replay`, see `idempotency.shared_with`). `sessions` takes the
+        vouchers of routes priced with `Session` (MPP's `Authorization: Payment`,
+        docs/adr/0025; see `svcpay.gate.chain.session_scheme`)."""
         self.app = app
         self.core = GateCore(
             routes,
@@ -87,6 +91,7 @@ class PaymentGate:
             remote,
             x402_facilitator,
             payment_ids,
+            sessions,
         )
         self.routes = self.core.prefixes
         self.terms, self.memos, self.replay = terms, memos, replay

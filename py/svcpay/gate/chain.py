@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from solana.rpc.core import RPCException
 from solders.keypair import Keypair
+from solders.pubkey import Pubkey
 
+from svcpay.gate.pricing import Terms
 from svcpay.program.client import BillingClient, status_name
+from svcpay.program.generated.accounts.session import Session
+from svcpay.program.generated.types.session_status import Open
+from svcpay.program.session_client import Sessions
+from svcpay.protocol.mpp import ChallengeIssuer
 from svcpay.rpc_errors import rpc_unreachable
+from svcpay.schemes.session.ledger import VoucherLedger
+from svcpay.schemes.session.server import (
+    Reporter,
+    SessionPolicy,
+    SessionScheme,
+    SessionsUnavailable,
+)
 from svcpay.schemes.subscription.server import SubscriptionsUnavailable
 
 
@@ -78,3 +92,72 @@ class ChainMeter:
 
     def pending(self, subscription_id: str) -> int:
         return self._deducting.get(subscription_id, 0)
+
+
+class ChainSessions:
+    """Open sessions' accounts from the chain, cached for `ttl` seconds: a gate takes
+    thousands of vouchers per session between reads. A read asked `fresh` (a voucher past the
+    cached deposit: a top-up?) happens at most once per `min_refresh` seconds per session, so
+    a client cannot make the gate call the RPC node per request. Sessions that are closing or
+    closed, or that are not `svc_billing`'s, read as None."""
+
+    def __init__(
+        self,
+        client: BillingClient,
+        ttl: float = 5.0,
+        min_refresh: float = 1.0,
+        max_entries: int = 100_000,
+    ) -> None:
+        self.program_id = client.program_id
+        self.sessions = Sessions(client)
+        self.ttl, self.min_refresh, self.max_entries = ttl, min_refresh, max_entries
+        self._cache: dict[Pubkey, tuple[float, Session | None]] = {}
+
+    async def lookup(self, channel: Pubkey, *, fresh: bool = False) -> Session | None:
+        hit = self._cache.get(channel)
+        if hit is not None:
+            age = time.monotonic() - hit[0]
+            if age < (self.min_refresh if fresh else self.ttl):
+                return hit[1]
+        try:
+            found = await self.sessions.fetch(channel)
+        except RPCException as e:
+            raise SessionsUnavailable(f"the RPC node refused: {e}") from e
+        except Exception as e:
+            reason = rpc_unreachable(e)
+            if reason is None:
+                raise
+            raise SessionsUnavailable(f"the RPC node is unreachable ({reason})") from e
+        state = found if found is not None and isinstance(found.status, Open) else None
+        if len(self._cache) >= self.max_entries:
+            self._cache.clear()  # crude, bounded: unknown channels cannot grow it for ever
+        self._cache[channel] = (time.monotonic(), state)
+        return state
+
+
+def session_scheme(
+    terms: Terms,
+    client: BillingClient,
+    secret: bytes,
+    ledger: VoucherLedger,
+    *,
+    realm: str = "svcpay",
+    policy: SessionPolicy | None = None,
+    ttl: float = 5.0,
+    clock: Callable[[], float] = time.time,
+    reporter: Reporter | None = None,
+) -> SessionScheme:
+    """The gate's `sessions=`: vouchers checked against sessions read from the chain through
+    `client`, taken in `ledger`; challenges bound under `secret` (at least 16 bytes; every
+    worker of one gate shares it, like the memo secret)."""
+    if len(secret) < 16:
+        raise ValueError("the challenge secret must be at least 16 bytes")
+    return SessionScheme(
+        terms,
+        ChallengeIssuer(secret, realm),
+        ChainSessions(client, ttl),
+        ledger,
+        policy,
+        clock,
+        reporter,
+    )

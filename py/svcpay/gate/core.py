@@ -14,12 +14,21 @@ import json
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from svcpay.gate.pricing import OneTime, PricingEntry, Subscription, Terms, build_payment_required
+from svcpay.gate.pricing import (
+    OneTime,
+    PricingEntry,
+    Session,
+    Subscription,
+    Terms,
+    build_payment_required,
+)
+from svcpay.protocol import mpp
 from svcpay.protocol.headers import MAX_HEADER_BYTES
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.replay import ReplayStore
 from svcpay.protocol.verify import RemoteVerifier
 from svcpay.schemes.decision import ADMIT, Admit, RawHeaders, Reply, Request
+from svcpay.schemes.session.server import SessionScheme
 from svcpay.schemes.subscription.server import Meter, Subscriptions, SubscriptionScheme
 from svcpay.schemes.svcpay_proof.server import ProofScheme
 from svcpay.schemes.x402_exact.idempotency import PaymentIdStore
@@ -42,6 +51,7 @@ class GateCore:
     remote: RemoteVerifier | None = None
     x402_facilitator: X402Facilitator | None = None
     payment_ids: PaymentIdStore | None = None
+    sessions: SessionScheme | None = None
     _prefixes: list[tuple[str, list[PricingEntry]]] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -52,6 +62,8 @@ class GateCore:
         metered = any(isinstance(e, Subscription) and e.metered for e in entries)
         if metered and self.meter is None:
             raise ValueError("metered pricing needs a `meter`")
+        if any(isinstance(e, Session) for e in entries) and self.sessions is None:
+            raise ValueError("session pricing needs `sessions` (a SessionScheme)")
         # Longest prefix first, so "/v1/data/x" prefers "/v1/data" over "/v1".
         self._prefixes = sorted(self.routes.items(), key=lambda kv: len(kv[0]), reverse=True)
         self.proofs = ProofScheme(
@@ -85,6 +97,7 @@ class GateCore:
         sub = headers.get(b"x-svc-sub")
         pay = headers.get(b"x-payment")
         signature = headers.get(b"payment-signature") if self.x402 is not None else None
+        auth = headers.get(b"authorization")
         for name, value in (
             ("X-Svc-Sub", sub),
             ("X-PAYMENT", pay),
@@ -92,6 +105,12 @@ class GateCore:
         ):
             if value is not None and len(value) > MAX_HEADER_BYTES:
                 return _bad("HeaderTooLarge", f"{name} exceeds {MAX_HEADER_BYTES} bytes")
+        if auth is not None and mpp.is_payment_authorization(auth):
+            # Other schemes (the app's own Bearer, Basic) are the app's business.
+            if self.sessions is not None and any(isinstance(e, Session) for e in pricing):
+                return await self.sessions.admit(request, pricing, auth)
+            body = mpp.problem("method-unsupported", "this route takes no Payment credential")
+            return Reply.json(400, body)
         one_time = any(isinstance(e, OneTime) for e in pricing)
         if sub is not None and any(isinstance(e, Subscription) for e in pricing):
             return await self.subscribed.admit(request, pricing, sub, self.payment_required)
@@ -120,17 +139,23 @@ class GateCore:
     ) -> Reply:
         """A 402 with fresh terms: svcpay's body and, with x402 on, `PAYMENT-REQUIRED`
         offering the same one-time options under the same memos."""
+        headers: RawHeaders = []
+        if self.sessions is not None:
+            headers += self.sessions.headers(pricing)
+        offered = [e for e in pricing if not isinstance(e, Session)]
+        if not offered:  # sessions only: the body is MPP's problem
+            assert self.sessions is not None
+            return self.sessions.refuse(pricing, "payment-required", message)
         body = build_payment_required(
             request.resource, pricing, self.terms, self.memos, error, message
         )
-        headers: RawHeaders = []
         if self.x402 is not None:
             memos = [
                 (entry, option.memo)
-                for entry, option in zip(pricing, body.accepts, strict=True)
+                for entry, option in zip(offered, body.accepts, strict=True)
                 if isinstance(entry, OneTime) and option.memo
             ]
-            headers = self.x402.payment_required_headers(request, memos, x402_error or message)
+            headers += self.x402.payment_required_headers(request, memos, x402_error or message)
         return Reply.json(402, body.to_json_dict(), headers)
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from svcpay.protocol.headers import NETWORK_MAINNET, PROTOCOL_VERSION, SCHEME_EXACT
 from svcpay.protocol.memo import Memos, MemoTerms
 from svcpay.protocol.models import PaymentOption, PaymentRequired, SvcExtension
+
+if TYPE_CHECKING:
+    from svcpay.schemes.decision import Request
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,32 @@ class Subscription:
     metered: int | None = None
 
 
-PricingEntry = OneTime | Subscription
+@dataclass(frozen=True)
+class Session:
+    """Paid by vouchers on a session the payer opened (MPP intent `session`; docs/adr/0025):
+    `amount` base units per unit, where a request counts `units(request)` units (one by
+    default, so `amount` is the price per call). `suggested_deposit` is what a client opens
+    a session with when it has none (default: 1,000 calls)."""
+
+    amount: int
+    unit: str = "request"
+    units: Callable[[Request], int] | None = None
+    suggested_deposit: int = 0
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.amount <= 0:
+            raise ValueError("Session.amount must be positive")
+        if not self.suggested_deposit:
+            object.__setattr__(self, "suggested_deposit", self.amount * 1000)
+
+    def price(self, request: Request) -> int:
+        """What `request` costs: at least one base unit (a voucher must always grow)."""
+        units = 1 if self.units is None else self.units(request)
+        return max(self.amount * units, 1)
+
+
+PricingEntry = OneTime | Subscription | Session
 
 
 @dataclass(frozen=True)
@@ -68,6 +97,8 @@ def build_payment_required(
     a fresh memo bound to the resource and price."""
     accepts = []
     for entry in pricing:
+        if isinstance(entry, Session):
+            continue  # offered in `WWW-Authenticate: Payment` (MPP), not in this body
         if isinstance(entry, OneTime):
             amount = str(entry.amount)
             memo = memos.issue(MemoTerms(resource, amount, terms.pay_to, terms.token))

@@ -43,6 +43,7 @@ from svcpay.gate.pricing import PricingEntry, Terms
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.replay import ReplayStore
 from svcpay.protocol.verify import RemoteVerifier
+from svcpay.schemes.session.server import SessionScheme
 from svcpay.schemes.x402_exact.facilitator_client import X402Facilitator
 from svcpay.schemes.x402_exact.idempotency import PaymentIdStore
 
@@ -75,6 +76,7 @@ class PaymentGateWSGI:
         serves: Callable[[Scope], bool] | None = None,
         x402_facilitator: X402Facilitator | None = None,
         payment_ids: PaymentIdStore | None = None,
+        sessions: SessionScheme | None = None,
     ) -> None:
         """`serves(scope)`: whether `app` has a route for the request's path and method (a
         WSGI app's routes cannot be read: without it every gated request is priced). The
@@ -93,6 +95,7 @@ class PaymentGateWSGI:
             remote,
             x402_facilitator,
             payment_ids,
+            sessions,
         )
         self.serves = serves
         self._lock = threading.Lock()

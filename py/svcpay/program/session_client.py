@@ -30,7 +30,10 @@ class Sessions:
 
     async def fetch(self, address: Pubkey) -> Session | None:
         info = (await self.billing.rpc.get_account_info(address)).value
-        if info is None or bytes(info.data[:8]) != Session.discriminator:
+        # The owner first: anyone can make an account whose bytes look like a session.
+        if info is None or info.owner != self.billing.program_id:
+            return None
+        if bytes(info.data[:8]) != Session.discriminator:
             return None
         return Session.decode(bytes(info.data))
 

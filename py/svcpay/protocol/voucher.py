@@ -37,6 +37,8 @@ def voucher_message(channel: Pubkey, cumulative: int, expiry: int = 0) -> bytes:
     """The 50 bytes a session's key signs."""
     if not 0 <= cumulative <= U64_MAX:
         raise VoucherError("cumulativeAmount must be a u64")
+    if not -(2**63) <= expiry < 2**63:
+        raise VoucherError("expiresAt must be an i64")
     return VOUCHER_TAG + bytes(channel) + struct.pack("<Qq", cumulative, expiry)
 
 

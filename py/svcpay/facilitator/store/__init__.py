@@ -8,7 +8,7 @@ database: claims are conditional upserts, so two instances never take the same w
 
 `Store` opens the database and composes one object per concern over the shared engine
 (docs/adr/0021): `store.settlements`, `store.providers`, `store.api_keys`, `store.events`,
-`store.webhooks`, `store.usage`, `store.crank`, `store.cursors`.
+`store.webhooks`, `store.usage`, `store.crank`, `store.sessions`, `store.cursors`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from svcpay.facilitator.store.crank import Crank
 from svcpay.facilitator.store.cursors import Cursors
 from svcpay.facilitator.store.events import Event, Events
 from svcpay.facilitator.store.providers import API_KEY_PREFIX, ApiKeys, Providers
+from svcpay.facilitator.store.sessions import SessionVouchers
 from svcpay.facilitator.store.settlements import Settlements
 from svcpay.facilitator.store.usage import Usage
 from svcpay.facilitator.store.webhooks import (
@@ -58,6 +59,7 @@ class Store:
         self.webhooks = Webhooks(engine)
         self.usage = Usage(engine)
         self.crank = Crank(engine)
+        self.sessions = SessionVouchers(engine)
         self.cursors = Cursors(engine)
 
     @classmethod

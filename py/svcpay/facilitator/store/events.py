@@ -29,6 +29,7 @@ class Event:
     provider_id: str | None = None
     plan: str | None = None
     subscription: str | None = None
+    session: str | None = None
     mode: str | None = None
     amount: int | None = None
     seq: int | None = None
@@ -77,8 +78,16 @@ class Events(Part):
                     )
                     .limit(1),
                 )
+            if provider_id is None and event.session is not None:  # its opening named it
+                provider_id = await lookup(
+                    "session",
+                    event.session,
+                    sa.select(events.c.provider_id)
+                    .where((events.c.session == event.session) & events.c.provider_id.isnot(None))
+                    .limit(1),
+                )
             if provider_id is None:
-                for address in (plan, event.data.get("payTo")):
+                for address in (plan, event.data.get("payTo"), event.data.get("recipient")):
                     if isinstance(address, str):
                         provider_id = await lookup(
                             "owner",
@@ -89,6 +98,8 @@ class Events(Part):
                         )
                         if provider_id:
                             break
+            if event.session is not None and provider_id is not None:
+                seen["session", event.session] = provider_id  # later events of this batch
             rows.append(
                 {
                     "id": event.id,
@@ -99,6 +110,7 @@ class Events(Part):
                     "provider_id": provider_id,
                     "plan": plan,
                     "subscription": event.subscription,
+                    "session": event.session,
                     "mode": event.mode,
                     "amount": event.amount,
                     "data": json.dumps(event.data, separators=(",", ":")),
@@ -135,6 +147,7 @@ def _event(m: Any) -> Event:
         provider_id=m["provider_id"],
         plan=m["plan"],
         subscription=m["subscription"],
+        session=m["session"],
         mode=m["mode"],
         amount=int(m["amount"]) if m["amount"] is not None else None,
         seq=m["seq"],

@@ -91,14 +91,27 @@ def test_the_demo_walks_through_every_flow_and_leaves_nothing_running(
     assert "served again: " in metered
     assert "allowance on chain: used 0.40 USDC of cap 0.50 USDC" in metered
 
-    # 5. webhooks, each verified and kept once
+    # 5. a session: MPP's challenge, 1,000 calls on vouchers, one redeem, a refunding close
+    session = out[out.index("── 5.") : out.index("── 6.")]
+    assert 'intent="session"' in session and '"channelProgram": ' in session
+    assert re.search(r"GET /v1/quote   \[Authorization: Payment .*\]\n   ← api  200 OK", session)
+    assert '"acceptedCumulative": "1000"' in session
+    assert "999 paid calls in " in session and "the last voucher says 1.00 USDC in all" in session
+    assert "redeemed after " in session and " in one transaction, " in session
+    assert "= 10 lamports per call (a one-time payment: 5,000 per call)" in session
+    assert "0.50 USDC of its deposit came back" in session
+    assert session.count("⇠ webhook session.redeemed") == 1
+
+    # 6. webhooks, each verified and kept once
     received = set(re.findall(r"⇠ webhook (\S+)", out))
     assert {"payment.settled", "subscription.created", "subscription.renewed"} <= received
     assert {"allowance.deducted", "allowance.raised"} <= received
+    assert {"session.opened", "session.redeemed", "session.closed"} <= received
     assert " 0 refused signatures" in out
 
-    # 6. analytics and the chart
+    # 7. analytics and the chart
     assert "oneTime          1.00 USDC  (2)" in out  # the svcpay proof and the x402 payment
+    assert "session          1.00 USDC  (1)" in out  # one redeem
     # 10 + 1 USDC a period, per 30 days: 11 on monthly plans, far more on 20-second ones
     period, _ = plan_times(backend() == DROP_IN)
     monthly = 11 * 30 * DAY // period

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from svcpay.client import PaymentAuth
 from svcpay.gate import OneTime, Session, payment_gate
 from svcpay.gate.chain import session_scheme
 from svcpay.gate.pricing import Terms
@@ -28,7 +29,7 @@ from svcpay.protocol import mpp
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.replay import MemoryReplayStore
 from svcpay.protocol.voucher import SignedVoucher
-from svcpay.schemes.session.client import SessionOffer, Tab
+from svcpay.schemes.session.client import SessionOffer, Tab, Tabs
 from svcpay.schemes.session.ledger import SqliteVoucherLedger, VoucherLedger
 from svcpay.schemes.session.server import SessionPolicy
 from tests.support.billing import USDC
@@ -356,3 +357,43 @@ async def test_a_voucher_expiring_before_it_can_be_redeemed_is_refused(
         soon = SignedVoucher.sign(tab.key, tab.channel, PRICE, chain.unix_timestamp() + 10)
         r = await http.get("/v1/data", headers={"authorization": tab.credential(found, soon)})
         assert r.status_code == 402 and r.json()["type"].endswith("payment-expired")
+
+
+async def test_payment_auth_opens_a_session_and_pays_each_call_with_a_voucher(
+    world: World, client: BillingClient, tmp_path: Path
+) -> None:
+    tabs = Tabs(tmp_path / "tabs.json")
+    auth = PaymentAuth(world.payer, rpc=client.rpc, billing=client, max_per_request=DEPOSIT,
+                       session_deposit=50 * PRICE, tabs=tabs)  # fmt: skip
+    terms = Terms(pay_to=str(world.recipient), token=str(world.mint))
+    gate = world.gate()
+    gate.auth = auth
+    async with gate as http:
+        for _ in range(60):  # past the first deposit: one top-up
+            r = await http.get("/v1/data")
+            assert r.status_code == 200, r.text
+    [(_, tab)] = tabs.items()
+    state = await Sessions(client).fetch(tab.channel)
+    assert state is not None and (state.deposit, tab.cumulative) == (100 * PRICE, 60 * PRICE)
+    assert await world.ledger.highest(str(tab.channel)) == 60 * PRICE
+    # The file keeps the tab (a later run goes on with it); closing asks to close on chain.
+    assert Tabs(tmp_path / "tabs.json").get(tab_key_of(terms, client)) is not None
+    await auth.aclose()
+    state = await Sessions(client).fetch(tab.channel)
+    assert state is not None and type(state.status).__name__ == "Closing"
+    assert tabs.items() == []
+
+
+async def test_payment_auth_pays_no_session_the_limits_refuse(
+    world: World, client: BillingClient
+) -> None:
+    auth = PaymentAuth(world.payer, rpc=client.rpc, billing=client, max_per_request=PRICE - 1)
+    gate = world.gate()
+    gate.auth = auth
+    async with gate as http:
+        r = await http.get("/v1/data")
+    assert r.status_code == 402 and auth.tabs.items() == []
+
+
+def tab_key_of(terms: Terms, client: BillingClient) -> str:
+    return f"{client.program_id}:{terms.pay_to}:{terms.token}"

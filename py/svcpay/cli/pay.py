@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -50,9 +51,11 @@ from svcpay.client import (
 from svcpay.program import pda
 from svcpay.program.client import BillingClient
 from svcpay.program.errors import ProgramError
+from svcpay.protocol import mpp
 from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
 from svcpay.protocol.models import PaymentOption, PaymentRequired, ProtocolError
 from svcpay.protocol.proof import parse_payment_proof
+from svcpay.schemes.session.client import SessionOffer, Tabs, tab_key
 from svcpay.schemes.x402_exact import client as x402
 from svcpay.schemes.x402_exact.wire import CAIP2, PaymentPayloadV1
 
@@ -118,6 +121,19 @@ async def _pay(args: argparse.Namespace) -> int:
         if first.status_code != 402:
             return _report(args, method, first, None)
         request = Request(args, method, content, headers, http)
+        offer = _session_offer(first)
+        if offer is not None and (args.session or _only_sessions(first)):
+            if not args.session:
+                raise PaymentDeclined(
+                    f"{args.target} is paid by an MPP session (a deposit escrowed on chain, "
+                    "one voucher per call): pass --session to open one (or go on with yours)"
+                )
+            owner = load_signer(args)
+            rpc = AsyncClient(args.url, commitment=Confirmed)
+            try:
+                return await _pay_session(request, rpc, owner, offer)
+            finally:
+                await rpc.close()
         try:
             terms: PaymentRequired | None = PaymentRequired.parse(first.content)
         except ProtocolError as e:
@@ -298,6 +314,69 @@ async def _pay_x402(
     return _report(args, request.method, response, _x402_payment(response))
 
 
+def _session_offer(response: httpx.Response) -> SessionOffer | None:
+    found = mpp.parse_challenges(response.headers.get_list("www-authenticate"))
+    return next((o for c in found if (o := SessionOffer.parse(c)) is not None), None)
+
+
+def _only_sessions(response: httpx.Response) -> bool:
+    """The 402 offers nothing but MPP challenges (its body is MPP's problem)."""
+    return "payment-required" not in response.headers and response.headers.get(
+        "content-type", ""
+    ).startswith("application/problem+json")
+
+
+def tabs_path() -> Path:
+    """Where `svcpay pay --session` keeps its open sessions: $SVCPAY_TABS, else the XDG
+    data directory's svcpay/tabs.json."""
+    if os.environ.get("SVCPAY_TABS"):
+        return Path(os.environ["SVCPAY_TABS"])
+    data_home = os.environ.get("XDG_DATA_HOME") or ""
+    base = Path(data_home) if Path(data_home).is_absolute() else Path.home() / ".local/share"
+    return base / "svcpay" / "tabs.json"
+
+
+async def _pay_session(
+    request: Request, rpc: AsyncClient, owner: Keypair, offer: SessionOffer
+) -> int:
+    """Pays with a voucher on the session kept for this gate (opened, or topped up, within
+    --max-amount, which caps the deposit)."""
+    args = request.args
+    decimals = await mint_decimals(rpc, offer.currency)
+    limit = args.max_amount.to_base(decimals)
+    tabs = Tabs(tabs_path())
+    deposit = args.deposit.to_base(decimals) if args.deposit is not None else None
+    auth = PaymentAuth(
+        owner,
+        rpc=rpc,
+        billing=BillingClient(rpc),
+        max_per_request=limit,
+        session_deposit=deposit,
+        tabs=tabs,
+        allowed_tokens={str(offer.currency)},
+    )
+    try:
+        response = await request.send(auth)
+    except SpendingLimitExceeded as e:
+        raise _over_limit(e, limit, decimals) from None
+    tab = tabs.get(tab_key(offer))
+    payment = None
+    receipt = response.headers.get("payment-receipt")
+    if tab is not None and receipt:
+        payment = {
+            "kind": "session",
+            "session": str(tab.channel),
+            "amount": offer.amount,
+            "amountDecimal": format_units(offer.amount, decimals),
+            "token": str(offer.currency),
+            "cumulative": tab.cumulative,
+            "deposit": tab.deposit,
+            "left": tab.left(),
+            "leftDecimal": format_units(tab.left(), decimals),
+        }
+    return _report(args, request.method, response, payment)
+
+
 def _x402_payment(response: httpx.Response) -> dict[str, Any] | None:
     """What was paid with x402 for the request that got `response`."""
     payload = x402.payment_in(response.request.headers)
@@ -363,6 +442,12 @@ def _payment_line(payment: dict[str, Any] | None) -> str:
             f"paid {payment['amountDecimal']} {how} ({payment['amount']} base units of "
             f"{payment['token']} to {payment['payTo']}), transaction {payment['transaction']}"
         )
+    if payment["kind"] == "session":
+        return (
+            f"paid {payment['amountDecimal']} with a voucher on session {payment['session']} "
+            f"({payment['cumulative']} of {payment['deposit']} base units used, "
+            f"{payment['leftDecimal']} left)"
+        )
     how = "subscribed: new subscription" if payment["new"] else "used subscription"
     return f"{how} {payment['subscription']} (X-Svc-Sub)"
 
@@ -391,6 +476,8 @@ def _report(
         why = ""
         if isinstance(body, dict) and body.get("error"):
             why = f": {body['error']}: {body.get('message') or ''}".rstrip(": ")
+        elif isinstance(body, dict) and body.get("detail"):  # an MPP problem
+            why = f": {str(body.get('type', '')).rsplit('/', 1)[-1]}: {body['detail']}"
         stderr(f"svcpay pay: payment still required{why}")
         return 4
     if response.status_code >= 400:
@@ -411,9 +498,11 @@ def register(subparsers: Subparsers) -> None:
         "used first; a route for subscribers only offers to subscribe (asking first, unless "
         "--yes); --subscribe prefers subscribing to a one-time price; otherwise it pays once "
         "through the facilitator the terms name (or --facilitator). x402 terms: it pays the "
-        "`exact` price on Solana and the server settles it. Payments come from --keypair's "
+        "`exact` price on Solana and the server settles it. MPP session offers (--session): a "
+        "voucher on your session for that gate. Payments come from --keypair's "
         "associated token account. Exit 4 if the payment is declined or still required.",
         epilog="examples:\n  svcpay pay http://localhost:8000/v1/data --max-amount 0.50\n"
+        "  svcpay pay http://localhost:8000/v1/metered --session --max-amount 1\n"
         "  svcpay pay http://localhost:8000/v1/resource --max-amount 10 --yes",
     )
     p.add_argument("target", metavar="URL", help="the gated resource")
@@ -460,6 +549,20 @@ def register(subparsers: Subparsers) -> None:
         "-y",
         action="store_true",
         help="subscribe without asking where the URL is for subscribers only",
+    )
+    p.add_argument(
+        "--session",
+        action="store_true",
+        help="pay an MPP session offer with a voucher on your session for this gate, opening "
+        "one (escrowing the deposit, within --max-amount) if you have none; sessions are kept "
+        "in $SVCPAY_TABS (default ~/.local/share/svcpay/tabs.json); see `svcpay session`",
+    )
+    p.add_argument(
+        "--deposit",
+        type=amount_arg,
+        metavar="AMOUNT",
+        help="what a new session escrows (default: the gate's suggested deposit), at most "
+        "--max-amount",
     )
     p.add_argument(
         "--timeout", type=float, default=60.0, metavar="SECS", help="HTTP timeout (default: 60)"

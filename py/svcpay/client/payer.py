@@ -1,7 +1,14 @@
 """The paying client: an httpx `Auth` that answers 402 by paying, and `pay()` for one call.
 
 Like httpx's Digest auth, the flow is `response = yield request`: a 402 is a 401 with money.
-It speaks two dialects, under the same spending limits (checked before any money moves):
+It speaks three dialects, under the same spending limits (checked before any money moves):
+
+- MPP's `session` intent on svc_billing (a `WWW-Authenticate: Payment ... intent="session"`
+  challenge; docs/adr/0025), preferred when offered (unless `sessions=False`): it opens a
+  session with the offer's suggested deposit (capped by `max_per_request`; the deposit counts
+  against the limits), signs one voucher per request in `Authorization: Payment`, tops up
+  when the deposit runs low, and asks to close its sessions on `aclose()`/`close()` (the
+  rest of the deposit comes back after the dispute window: `svcpay session close`).
 
 - svcpay's own 402 body (preferred when present: it also offers subscriptions). It prefers
   a subscription when the terms offer one and the client holds (or may create) a
@@ -38,7 +45,10 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from svcpay.program.client import BillingClient
+from svcpay.program.generated.program_id import PROGRAM_ID
 from svcpay.program.generated.types.subscription_status import Active
+from svcpay.program.session_client import Sessions
+from svcpay.protocol import mpp
 from svcpay.protocol.errors import (
     InvalidPaymentProof,
     NoAcceptableOption,
@@ -48,6 +58,7 @@ from svcpay.protocol.errors import (
 )
 from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
 from svcpay.protocol.models import PaymentOption, PaymentRequired, ProtocolError
+from svcpay.schemes.session.client import SessionOffer, Tab, Tabs, tab_key
 from svcpay.schemes.svcpay_proof import client as proof_client
 from svcpay.schemes.x402_exact import client as x402
 from svcpay.schemes.x402_exact.wire import CAIP2, svcpay_network
@@ -72,6 +83,10 @@ class PaymentAuth(httpx.Auth):
         retries: int = 2,
         networks: Collection[str] | None = None,
         allowed_tokens: Collection[str] | None = None,
+        sessions: bool = True,
+        session_deposit: int | None = None,
+        session_secs: int = 86_400,
+        tabs: Tabs | None = None,
     ) -> None:
         """Args:
         owner: the wallet that pays (token authority of its associated token accounts).
@@ -86,6 +101,10 @@ class PaymentAuth(httpx.Auth):
             `rpc` reaches (by its genesis hash), or any Solana network when that is a local
             validator, which x402 terms present as mainnet, devnet or testnet.
         allowed_tokens: mints this client may pay in (None: any).
+        sessions: pay MPP `session` offers on svc_billing with a session (on by default);
+            session_deposit: what a new session escrows (default: the offer's suggested
+            deposit), at most max_per_request; session_secs: a new session's lifetime.
+        tabs: the open sessions (default: in memory; `Tabs(path)` keeps them in a file).
         """
         self.owner, self.rpc, self.facilitator = owner, rpc, facilitator
         self.max_per_request, self.max_per_period, self.period_secs = (
@@ -98,6 +117,14 @@ class PaymentAuth(httpx.Auth):
         self.networks = None if networks is None else _network_names(networks)
         self.allowed_tokens = None if allowed_tokens is None else frozenset(allowed_tokens)
         self.x402 = x402.ExactSvmClient(owner, rpc)
+        self.sessions, self.session_deposit, self.session_secs = (
+            sessions,
+            session_deposit,
+            session_secs,
+        )
+        self.tabs = tabs if tabs is not None else Tabs()
+        self._known_offers: dict[str, SessionOffer] = {}  # by URL (no query): paid by session
+        self._program = billing.program_id if billing is not None else PROGRAM_ID
         self._spent: deque[tuple[float, int]] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None  # httpx.Client's flows run here
         self._loop_lock = threading.Lock()
@@ -176,8 +203,10 @@ class PaymentAuth(httpx.Auth):
         return asyncio.run_coroutine_threadsafe(_awaited(step), self._loop).result()
 
     def close(self) -> None:
-        """Stops the private loop, if the sync flow started one (close the clients first,
-        with `run`)."""
+        """Asks to close open sessions (`aclose`), then stops the private loop, if the sync
+        flow started one (close the clients first, with `run`)."""
+        if self.tabs.items():
+            self.run(self.aclose())
         with self._loop_lock:
             loop, self._loop = self._loop, None
         if loop is not None:
@@ -186,9 +215,39 @@ class PaymentAuth(httpx.Auth):
     async def _flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
         """The payment logic, for both clients: yields requests, is sent their responses
         (bodies already read)."""
-        response = yield request
-        if response.status_code != 402:
-            return
+        where = _resource_key(request)
+        known = self._known_offers.get(where) if self.sessions else None
+        if known is not None and self.tabs.get(tab_key(known)) is not None:
+            response = None  # a voucher goes with the first request: no 402 round trip
+            offer: SessionOffer | None = known
+        else:
+            response = yield request
+            if response.status_code != 402:
+                return
+            offer = self._session_offer(response) if self.sessions else None
+        if offer is not None:
+            self._known_offers[where] = offer
+            for _ in range(2):  # a tab whose session ended is replaced once
+                tab = await self._tab(offer) if offer is not None else None
+                if offer is None or tab is None:
+                    break
+                async with tab.lock:  # one request at a time per session
+                    inner = self._session_flow(request, offer, tab, where)
+                    try:
+                        step = await inner.__anext__()
+                        while True:
+                            step = await inner.asend((yield step))
+                    except StopAsyncIteration:
+                        return
+                    except _TabGone:
+                        self.tabs.drop(tab_key(offer))
+                    finally:
+                        await inner.aclose()
+            self._known_offers.pop(where, None)
+        if response is None:  # no session after all: ask the server for its terms
+            response = yield request
+            if response.status_code != 402:
+                return
         try:
             terms: PaymentRequired | None = PaymentRequired.parse(response.content)
         except ProtocolError:
@@ -242,6 +301,130 @@ class PaymentAuth(httpx.Auth):
         response = yield request
         if response.status_code == 402:
             raise PaymentRefused(x402.refusal_reason(response))
+
+    # -- sessions ------------------------------------------------------------------------
+
+    def _session_offer(self, response: httpx.Response) -> SessionOffer | None:
+        """The first session offer on this client's svc_billing, in a token it may pay in."""
+        for challenge in mpp.parse_challenges(response.headers.get_list("www-authenticate")):
+            offer = SessionOffer.parse(challenge)
+            # Only the program this client knows: a deposit sent to another would be lost.
+            if (
+                offer is not None
+                and offer.program == self._program
+                and self._allowed(str(offer.currency))
+            ):
+                return offer
+        return None
+
+    def _sessions_client(self) -> Sessions:
+        return Sessions(self.billing or BillingClient(self.rpc, self._program))
+
+    async def _tab(self, offer: SessionOffer) -> Tab | None:
+        """The open tab for this gate, opened now if there is none and the limits allow the
+        deposit; None: pay another way."""
+        key = tab_key(offer)
+        tab = self.tabs.get(key)
+        if tab is not None:
+            return tab
+        deposit = self.session_deposit or offer.suggested_deposit or 1000 * offer.amount
+        deposit = min(deposit, self.max_per_request)
+        if deposit < offer.amount:
+            return None  # not one call's worth within the limits
+        try:
+            entry = self._reserve(deposit)
+        except SpendingLimitExceeded:
+            return None
+        key_pair = Keypair()
+        sessions = self._sessions_client()
+        try:
+            now = await sessions.billing.chain_time()  # the program's clock, not this machine's
+            channel = await sessions.open(
+                self.owner, mint=offer.currency, recipient=offer.recipient_token,
+                deposit=deposit, price=offer.amount, expires_at=now + self.session_secs,
+                dispute_secs=max(offer.min_dispute_secs, 60), signer=key_pair.pubkey(),
+            )  # fmt: skip
+        except BaseException:
+            self._release(entry)
+            raise
+        tab = Tab(channel, key_pair, deposit)
+        self.tabs.put(key, tab)
+        return tab
+
+    async def _top_up(self, offer: SessionOffer, tab: Tab, price: int) -> bool:
+        """Adds another deposit's worth when the tab cannot pay `price`; False when the
+        limits refuse it."""
+        amount = min(self.session_deposit or tab.deposit, self.max_per_request)
+        if amount < price:
+            return False
+        try:
+            entry = self._reserve(amount)
+        except SpendingLimitExceeded:
+            return False
+        try:
+            await self._sessions_client().top_up(tab.channel, self.owner, amount)
+        except BaseException:
+            self._release(entry)
+            raise
+        tab.deposit += amount
+        self.tabs.put(tab_key(offer), tab)
+        return True
+
+    async def _session_flow(
+        self, request: httpx.Request, offer: SessionOffer, tab: Tab, where: str
+    ) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        """Sends `request` with the tab's next voucher; resyncs with the gate (a lost receipt,
+        a fresh challenge) and retries up to `retries` times."""
+        price = offer.amount
+        for attempt in range(self.retries + 1):
+            if tab.left() < price and not await self._top_up(offer, tab, price):
+                raise SpendingLimitExceeded(
+                    f"the session {tab.channel} has {tab.left()} left, and topping it up "
+                    "would pass the spending limits"
+                )
+            voucher = tab.sign(price)
+            request.headers["authorization"] = tab.credential(offer, voucher)
+            response = yield request
+            receipt = response.headers.get("payment-receipt")
+            if response.status_code < 400 and receipt:
+                tab.accepted(mpp.Receipt.parse(receipt))
+                self.tabs.put(tab_key(offer), tab)
+                return
+            if response.status_code != 402:
+                return  # the handler failed: the gate did not count the voucher
+            problem = _problem(response)
+            fresh = self._session_offer(response)
+            moved = tab.resync(problem)
+            kind = str(problem.get("type", "")).rsplit("/", 1)[-1]
+            detail = str(problem.get("detail", ""))
+            if kind == "verification-failed" and (
+                "no open session" in detail or "session has expired" in detail
+            ):
+                raise _TabGone(detail)
+            if fresh is not None and kind in ("payment-expired", "invalid-challenge"):
+                offer = self._known_offers[where] = fresh  # answer the new challenge
+            elif kind == "payment-insufficient" and "deposit" in problem:
+                seen = int(str(problem["deposit"]))
+                if seen < tab.deposit:  # the gate has yet to read the top-up
+                    await asyncio.sleep(1.0)
+                else:
+                    tab.deposit = seen
+            elif not moved:
+                break
+            if attempt == self.retries:
+                break
+        raise PaymentRefused(f"the gate refused the session voucher: {problem.get('detail')}")
+
+    async def aclose(self) -> None:
+        """Asks to close every open session (the provider redeems what was served; the rest
+        of each deposit comes back to the wallet after the dispute window, when the wallet
+        or the provider closes it)."""
+        for key, tab in self.tabs.items():
+            sessions = self._sessions_client()
+            state = await sessions.fetch(tab.channel)
+            if state is not None and type(state.status).__name__ == "Open":
+                await sessions.request_close(tab.channel, self.owner)
+            self.tabs.drop(key)
 
     async def _subscription_for(self, terms: PaymentRequired) -> str | None:
         for option in terms.accepts:
@@ -346,6 +529,23 @@ def _network_names(networks: Collection[str]) -> frozenset[str]:
             )
         names.add(name)
     return frozenset(names)
+
+
+def _resource_key(request: httpx.Request) -> str:
+    url = request.url
+    return f"{request.method} {url.scheme}://{url.netloc.decode()}{url.path}"
+
+
+class _TabGone(Exception):
+    """The gate no longer takes this tab's session (closed, expired): open another."""
+
+
+def _problem(response: httpx.Response) -> dict[str, object]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 def _named_facilitator(option: PaymentOption) -> str | None:

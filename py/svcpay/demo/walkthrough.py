@@ -1,5 +1,5 @@
 """The walkthrough: svcpay as separate processes, and a paying client going through the
-spec's three flows against them.
+spec's three flows against them, then a session (demo/sessions.py).
 
 Processes: the local validator (svcpay's drop-in, which can move its clock), the facilitator
 (`svcpay facilitator serve`: settlement API, billing crank, webhooks, indexer, analytics; on
@@ -37,7 +37,7 @@ from spl.token.instructions import get_associated_token_address
 
 from svcpay.amounts import format_amount, to_base_units
 from svcpay.client import PaymentAuth
-from svcpay.demo import DEFAULT_OUT
+from svcpay.demo import DEFAULT_OUT, sessions
 from svcpay.demo.children import Child, DemoFailed, run_command
 from svcpay.demo.receiver import WebhookReceiver
 from svcpay.examples.resource_server import DATA_PRICE, PROCESS_PRICE
@@ -243,6 +243,9 @@ def start_services(
             "SVCPAY_WEBHOOK_INTERVAL_SECS": "0.5",
             "SVCPAY_WEBHOOK_ALLOW_LOCAL": "1",  # the demo's receiver listens on loopback
             "SVCPAY_INDEXER_INTERVAL_SECS": "0.5",
+            "SVCPAY_SESSION_INTERVAL_SECS": "0.5",
+            # A session is redeemed once 1.00 USDC of vouchers is unredeemed (the default),
+            # or 300 s after its first report: the demo's 1,000 calls make one redeem.
         }
     )
     cli = [PYTHON, "-m", "svcpay.cli", "facilitator"]
@@ -274,6 +277,7 @@ def start_services(
             "SVCPAY_METERED_PLAN": str(world.metered_plan),
             "SVCPAY_BILLING_AUTHORITY": str(server_key),
             "SVCPAY_STATE_DB": str(tmp / "resource-server.db"),
+            "SVCPAY_FACILITATOR_API_KEY": api_key,  # it reports session vouchers
         }
     )
     say("$ python -m svcpay.examples.resource_server --port 0")
@@ -333,6 +337,7 @@ class Walkthrough:
             sub = await self.subscription()
             await self.renewal(sub)
             await self.metered()
+            await sessions.session(self)
             await self.webhook_summary()
             await self.analytics()
         finally:
@@ -612,7 +617,7 @@ class Walkthrough:
         return f"{receipt.compute_units:,} compute units"
 
     async def webhook_summary(self) -> None:
-        step("5. Webhooks received (every Svcpay-Signature verified, deduplicated by id)")
+        step("6. Webhooks received (every Svcpay-Signature verified, deduplicated by id)")
         r = self.receiver
         expected = ["payment.settled", "subscription.created", "subscription.renewed"]
         expect(r.wait_for(expected, 0), f"webhooks missing: {expected} vs {r.types()}")
@@ -632,6 +637,16 @@ class Walkthrough:
             f"{r.duplicates} duplicates ignored, {r.refused} refused signatures"
         )
 
+    def fee_and_units(self, signature: str) -> tuple[int, int]:
+        """The fee (lamports) and compute units of a confirmed transaction."""
+        tx = self.chain.rpc(
+            "getTransaction",
+            signature,
+            {"encoding": "json", "commitment": "confirmed", "maxSupportedTransactionVersion": 0},
+        )
+        meta = (tx or {}).get("meta") or {}
+        return int(meta.get("fee") or 0), int(meta.get("computeUnitsConsumed") or 0)
+
     def compute_units(self, signature: str) -> int | None:
         tx = self.chain.rpc(
             "getTransaction",
@@ -643,7 +658,7 @@ class Walkthrough:
         return int(value) if isinstance(value, int) else None
 
     async def analytics(self) -> None:
-        step("6. Analytics (the facilitator's provider API)")
+        step("7. Analytics (the facilitator's provider API)")
         # The chain's clock is 30 days ahead of this machine's: cover both.
         start = min(self.began, self.chain.unix_timestamp())
         end = max(int(time.time()), self.chain.unix_timestamp()) + 1

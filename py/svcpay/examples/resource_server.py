@@ -5,6 +5,8 @@
     GET  /v1/resource  subscription to a plan (X-Svc-Sub)
     POST /v1/process   metered: a subscription with an allowance, 0.10 USDC deducted per
                        call (402 AllowanceExhausted at the cap)
+    GET  /v1/quote     a session (MPP `Authorization: Payment`, intent session): 0.001
+                       USDC per call, paid by a voucher on a deposit escrowed on chain
     GET  /health       free
 
 Run it with `python -m svcpay.examples.resource_server --port 8000`; it prints one line
@@ -22,8 +24,11 @@ when it is ready. Configuration comes from the environment:
     SVCPAY_METERED_PLAN        the plan whose allowance POST /v1/process draws on
     SVCPAY_BILLING_AUTHORITY   keypair file (Solana CLI format) of the metered plan's billing
                                authority, which signs deduct_allowance
-    SVCPAY_STATE_DB            SQLite file of used proofs and pending metered usage
-                               (default resource-server.db)
+    SVCPAY_STATE_DB            SQLite file of used proofs, pending metered usage and
+                               session vouchers (default resource-server.db)
+    SVCPAY_FACILITATOR_API_KEY the provider's API key at the facilitator: served session
+                               vouchers are reported to it, and it redeems them on chain.
+                               Without it they wait in SVCPAY_STATE_DB (a warning says so).
     SVCPAY_MEMO_SECRET         optional, at least 16 bytes: the key of the memos in 402
                                terms. Random per process by default, so processes serving
                                the same API must share one.
@@ -49,11 +54,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
+import hmac
+import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
@@ -66,8 +74,8 @@ from solders.pubkey import Pubkey
 from solders.rpc.responses import GetAccountInfoResp
 
 from svcpay.amounts import to_base_units
-from svcpay.gate import OneTime, Subscription, payment_gate
-from svcpay.gate.chain import ChainSubscriptions
+from svcpay.gate import OneTime, Session, Subscription, payment_gate
+from svcpay.gate.chain import ChainSubscriptions, session_scheme
 from svcpay.gate.meter import BatchingMeter
 from svcpay.gate.pricing import Terms
 from svcpay.keys import load_keypair
@@ -80,11 +88,15 @@ from svcpay.protocol.models import ProtocolError
 from svcpay.protocol.programs import TOKEN_PROGRAMS
 from svcpay.protocol.proof import parse_payment_proof
 from svcpay.protocol.replay import SqliteReplayStore
+from svcpay.schemes.session.ledger import SqliteVoucherLedger
+from svcpay.schemes.session.reporter import VoucherReporter
 from svcpay.schemes.x402_exact.facilitator_client import X402FacilitatorClient
 from svcpay.schemes.x402_exact.server import check_x402_terms
 from svcpay.schemes.x402_exact.wire import svcpay_network
 
+log = logging.getLogger("svcpay.examples")
 DATA_PRICE = to_base_units("0.50")  # 500000 base units of a 6-decimal mint
+QUOTE_PRICE = to_base_units("0.001")  # per GET /v1/quote, from a session's deposit
 PROCESS_PRICE = to_base_units("0.10")  # per POST /v1/process, from the allowance
 DECIMALS = 6  # the prices above assume it
 REQUIRED = (
@@ -118,6 +130,7 @@ class Settings:
     x402: bool = True
     owner: str | None = None
     fee_payer: str | None = None
+    facilitator_api_key: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -145,6 +158,7 @@ class Settings:
             x402=(env.get("SVCPAY_X402") or "on").lower() not in ("off", "0", "false", "no"),
             owner=env.get("SVCPAY_OWNER") or None,
             fee_payer=env.get("SVCPAY_FEE_PAYER") or None,
+            facilitator_api_key=env.get("SVCPAY_FACILITATOR_API_KEY") or None,
         )
 
 
@@ -177,6 +191,13 @@ async def resource(x_svc_sub: SubscriptionHeader) -> dict[str, str]:
     return {"resource": "the resource", "paidBy": x_svc_sub}  # an ACTIVE subscription's id
 
 
+@router.get("/v1/quote")
+async def quote(authorization: Annotated[str, Header()]) -> dict[str, object]:
+    # The gate took the voucher in Authorization before this runs; its receipt goes out in
+    # Payment-Receipt.
+    return {"quote": {"SOL/USDC": "150.00"}, "charged": str(QUOTE_PRICE)}
+
+
 @router.post("/v1/process")
 async def process(x_svc_sub: SubscriptionHeader, doc: Document | None = None) -> dict[str, object]:
     words = len(doc.text.split()) if doc else 0
@@ -193,15 +214,27 @@ def create_app(settings: Settings) -> FastAPI:
     owner = (settings.owner or token_account_owner(settings)) if settings.x402 else None
     billing = BillingClient.connect(settings.rpc_url)
     meter = BatchingMeter(billing, authority, settings.state_db)
+    ledger = SqliteVoucherLedger(settings.state_db)
+    reporter = None
+    if settings.facilitator_api_key:
+        reporter = VoucherReporter(ledger, settings.facilitator_url, settings.facilitator_api_key)
+    else:
+        log.warning("SVCPAY_FACILITATOR_API_KEY is not set: session vouchers are kept in %s "
+                    "and not redeemed", settings.state_db)  # fmt: skip
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await meter.start()
+        if reporter is not None:
+            with contextlib.suppress(Exception):  # the facilitator may come later
+                await reporter.flush()  # what a previous run served and did not report
         try:
             yield
         finally:
             try:
                 await meter.close()  # deducts the usage still pending
+                if reporter is not None:
+                    await reporter.aclose()  # reports the vouchers still unreported
             finally:
                 await x402.aclose()
                 await billing.close()
@@ -221,6 +254,10 @@ def create_app(settings: Settings) -> FastAPI:
         except ValueError as e:
             raise ConfigError(f"{e} (or set SVCPAY_X402=off)") from e
 
+    memo_secret = settings.memo_secret or os.urandom(32)
+    # The challenges' key, derived from the memo secret (processes share both).
+    challenge_secret = hmac.new(memo_secret, b"svcpay mpp challenges", hashlib.sha256).digest()
+    sessions = session_scheme(terms, billing, challenge_secret, ledger, reporter=reporter)
     app = FastAPI(title="svcpay example resource server", lifespan=lifespan)
     app.include_router(router)
     app.add_middleware(
@@ -229,14 +266,16 @@ def create_app(settings: Settings) -> FastAPI:
             "/v1/data": [OneTime(DATA_PRICE)],
             "/v1/resource": [subscription],
             "/v1/process": [metered],
+            "/v1/quote": [Session(QUOTE_PRICE, description="a price quote")],
         },
         terms=terms,
-        memos=Memos(settings.memo_secret or os.urandom(32)),
+        memos=Memos(memo_secret),
         trusted_facilitators={facilitator_key},
         replay=SqliteReplayStore(settings.state_db),
         subscriptions=ChainSubscriptions(billing),
         meter=meter,
         x402_facilitator=x402,
+        sessions=sessions,
     )
     return app
 

@@ -112,12 +112,17 @@ class ChainSessions:
         self.sessions = Sessions(client)
         self.ttl, self.min_refresh, self.max_entries = ttl, min_refresh, max_entries
         self._cache: dict[Pubkey, tuple[float, Session | None]] = {}
+        self._fresh_at: dict[Pubkey, float] = {}  # the last read asked `fresh`
 
     async def lookup(self, channel: Pubkey, *, fresh: bool = False) -> Session | None:
         hit = self._cache.get(channel)
+        now = time.monotonic()
         if hit is not None:
-            age = time.monotonic() - hit[0]
-            if age < (self.min_refresh if fresh else self.ttl):
+            if fresh:
+                if now - self._fresh_at.get(channel, -self.min_refresh) < self.min_refresh:
+                    return hit[1]
+                self._fresh_at[channel] = now
+            elif now - hit[0] < self.ttl:
                 return hit[1]
         try:
             found = await self.sessions.fetch(channel)
@@ -131,6 +136,7 @@ class ChainSessions:
         state = found if found is not None and isinstance(found.status, Open) else None
         if len(self._cache) >= self.max_entries:
             self._cache.clear()  # crude, bounded: unknown channels cannot grow it for ever
+            self._fresh_at.clear()
         self._cache[channel] = (time.monotonic(), state)
         return state
 

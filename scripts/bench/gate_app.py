@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from scripts.bench.gate_rps import InstantFacilitator
-from svcpay.gate import OneTime, Subscription, payment_gate
+from scripts.bench.gate_rps import SESSION_PRICE, InstantFacilitator, session_keys, session_scheme
+from svcpay.gate import OneTime, Session, Subscription, payment_gate
 from svcpay.gate.pricing import Terms
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.replay import MemoryReplayStore
@@ -42,18 +42,21 @@ class WarmSubscriptions:
 
 
 env = os.environ
+terms = Terms(
+    pay_to=env["BENCH_PAY_TO"],
+    token=env["BENCH_TOKEN"],
+    owner=env["BENCH_OWNER"],
+    fee_payer=env["BENCH_FEE_PAYER"],
+)
 app = payment_gate(
     bare,
     pricing={
         "/paid": [OneTime(500_000)],
         "/sub": [Subscription(env["BENCH_PLAN"], 10_000_000, 2_592_000)],
+        "/session": [Session(SESSION_PRICE)],
     },
-    terms=Terms(
-        pay_to=env["BENCH_PAY_TO"],
-        token=env["BENCH_TOKEN"],
-        owner=env["BENCH_OWNER"],
-        fee_payer=env["BENCH_FEE_PAYER"],
-    ),  # fmt: skip
+    terms=terms,
+    sessions=session_scheme(terms, session_keys()),
     memos=Memos(env["BENCH_SECRET"].encode(), ttl_secs=3600),
     trusted_facilitators={env["BENCH_FACILITATOR"]},
     replay=MemoryReplayStore(),

@@ -1,7 +1,7 @@
 """Requests per second through the gate over HTTP: uvicorn (one worker, pinned to core 0)
 and wrk (pinned to core 1) on loopback, for the cases of gate_rps.py. Each paid request
-carries a distinct pre-signed svcpay proof or x402 payment (the x402 facilitator answers at
-once: the gate's own cost). Prints numbers; asserts nothing."""
+carries a distinct pre-signed svcpay proof, x402 payment or session voucher (the x402
+facilitator answers at once: the gate's own cost). Prints numbers; asserts nothing."""
 
 from __future__ import annotations
 
@@ -19,7 +19,14 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from spl.token.instructions import get_associated_token_address
 
-from scripts.bench.gate_rps import InstantFacilitator, bare_app, x402_headers
+from scripts.bench.gate_rps import (
+    InstantFacilitator,
+    bare_app,
+    session_headers,
+    session_keys,
+    session_scheme,
+    x402_headers,
+)
 from svcpay.gate import OneTime, payment_gate
 from svcpay.gate.pricing import Terms
 from svcpay.protocol.memo import Memos, MemoTerms
@@ -82,6 +89,8 @@ def main() -> None:
         x402_facilitator=InstantFacilitator(),
     )  # fmt: skip
     payments = [h.decode() for h in x402_headers(twin, terms, memos, X402_PAYMENTS)]
+    # Vouchers for the server's sessions (the same keys and challenge secret there).
+    vouchers = [h.decode() for h in session_headers(session_scheme(terms, session_keys()), PROOFS)]
     port = free_port()
     bench = {"SECRET": secret, "PAY_TO": pay_to, "TOKEN": token, "PLAN": plan, "SUB": sub}
     bench |= {"FACILITATOR": str(facilitator.pubkey()), "OWNER": str(owner)}
@@ -97,7 +106,8 @@ def main() -> None:
         base = f"http://127.0.0.1:{port}"
         with tempfile.TemporaryDirectory() as tmp:
             paid, subs = Path(tmp) / "paid.lua", Path(tmp) / "sub.lua"
-            x402 = Path(tmp) / "x402.lua"
+            x402, voucher = Path(tmp) / "x402.lua", Path(tmp) / "session.lua"
+            lua_script(voucher, "Authorization", vouchers)
             lua_script(paid, "X-PAYMENT", proofs)
             lua_script(x402, "PAYMENT-SIGNATURE", payments)
             lua_script(subs, "X-Svc-Sub", [sub])
@@ -108,6 +118,7 @@ def main() -> None:
                 "x402 paid, instant fac.": wrk(f"{base}/paid", x402),
                 "bare + the same headers": wrk(f"{base}/free", paid),
                 "subscription, warm cache": wrk(f"{base}/sub", subs),
+                "session voucher, warm": wrk(f"{base}/session", voucher),
             }
     finally:
         server.terminate()
@@ -119,6 +130,8 @@ def main() -> None:
     print(f"paid / bare: {ratio:.2f} (goal: at least 0.50)")
     x402_ratio = results["x402 paid, instant fac."][0] / results["paid, verified offline"][0]
     print(f"x402 / svcpay proof: {x402_ratio:.2f}")
+    session = results["session voucher, warm"][0] / results["paid, verified offline"][0]
+    print(f"session voucher / svcpay proof: {session:.2f} (goal: at least 1.00)")
 
 
 if __name__ == "__main__":

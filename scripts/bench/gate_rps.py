@@ -5,7 +5,9 @@ own cost: a bare endpoint, the 402 path (a fresh body with a memo), a paid reque
 offline (signature, memo, replay claim; a distinct pre-signed proof each), an x402 paid
 request (a distinct signed transaction each: parse, terms, memo, replay claim, verify and
 settle by an in-process facilitator that answers at once, so the facilitator's own round
-trips are not counted), and a subscription request served from the warm cache. Prints
+trips are not counted), a subscription request served from the warm cache, and a session
+voucher (MPP `Authorization: Payment`: challenge HMAC, Ed25519, the session's state from the
+warm cache, the ledger's compare-and-set; a distinct voucher each, over 64 sessions). Prints
 numbers; asserts nothing.
 """
 
@@ -30,16 +32,83 @@ from spl.token.constants import TOKEN_PROGRAM_ID
 from spl.token.instructions import get_associated_token_address, transfer_checked
 from spl.token.models import TransferCheckedParams
 
-from svcpay.gate import OneTime, Subscription, payment_gate
+from svcpay.gate import OneTime, Session, Subscription, payment_gate
 from svcpay.gate.pricing import Terms
+from svcpay.protocol import mpp
 from svcpay.protocol.memo import Memos, MemoTerms
 from svcpay.protocol.programs import MEMO_PROGRAM
 from svcpay.protocol.proof import PaymentProof
 from svcpay.protocol.replay import MemoryReplayStore
+from svcpay.protocol.voucher import SignedVoucher
+from svcpay.schemes.session.ledger import MemoryVoucherLedger
+from svcpay.schemes.session.server import SessionPolicy, SessionScheme
 from svcpay.schemes.x402_exact.wire import SettleResponse, VerifyResponse, encode_header
 
 PLAN = str(Pubkey.new_unique())
 SUB = str(Pubkey.new_unique())
+SESSIONS = 64  # vouchers go round-robin over these, so in-flight ones are other sessions'
+SESSION_PRICE = 1_000
+CHALLENGE_SECRET = b"bench-challenge-secret-0123456789"
+
+
+@dataclass(frozen=True)
+class SessionState:
+    """A session account as the gate's warm cache holds it."""
+
+    signer: Pubkey
+    recipient: Pubkey
+    mint: Pubkey
+    deposit: int = 2**62
+    redeemed: int = 0
+    expires_at: int = 2**40
+    dispute_secs: int = 3600
+
+
+class WarmSessions:
+    """A warm cache hit: what ChainSessions serves between chain reads."""
+
+    program_id = Pubkey.new_unique()
+
+    def __init__(self, states: dict[Pubkey, SessionState]) -> None:
+        self.states = states
+
+    async def lookup(self, channel: Pubkey, *, fresh: bool = False) -> SessionState | None:
+        return self.states.get(channel)
+
+
+def session_scheme(terms: Terms, keys: list[tuple[Pubkey, Keypair]]) -> SessionScheme:
+    recipient, mint = Pubkey.from_string(terms.pay_to), Pubkey.from_string(terms.token)
+    states = {c: SessionState(k.pubkey(), recipient, mint) for c, k in keys}
+    issuer = mpp.ChallengeIssuer(CHALLENGE_SECRET, "bench")
+    return SessionScheme(terms, issuer, WarmSessions(states), MemoryVoucherLedger(),
+                         SessionPolicy(challenge_secs=3600))  # fmt: skip
+
+
+def session_keys(seed: int = 7) -> list[tuple[Pubkey, Keypair]]:
+    """SESSIONS (channel, signing key) pairs, the same in every process (the HTTP bench
+    builds vouchers here and serves them in the server process)."""
+    return [
+        (Pubkey(bytes([seed, i]) + bytes(30)), Keypair.from_seed(bytes([seed, i]) + bytes(30)))
+        for i in range(SESSIONS)
+    ]
+
+
+def session_headers(scheme: SessionScheme, n: int) -> list[bytes]:
+    """`n` credentials, round-robin over the sessions, each voucher one price above the last
+    of its session."""
+    challenge = scheme.challenge(Session(SESSION_PRICE))
+    keys = session_keys()
+    out = []
+    for i in range(n):
+        channel, key = keys[i % SESSIONS]
+        voucher = SignedVoucher.sign(key, channel, (i // SESSIONS + 1) * SESSION_PRICE)
+        payload = {
+            "action": "voucher",
+            "channelId": str(channel),
+            "voucher": voucher.to_json_dict(),
+        }
+        out.append(mpp.Credential(challenge, payload).header().encode())
+    return out
 
 
 async def bare_app(scope: Any, receive: Any, send: Any) -> None:
@@ -137,10 +206,16 @@ async def main(n: int) -> None:
         owner=str(owner), fee_payer=str(Pubkey.new_unique()),
     )  # fmt: skip
     memos = Memos(b"bench-memo-secret-0123456789", ttl_secs=3600)
+    sessions = session_scheme(terms, session_keys())
     gate = payment_gate(
         bare_app,
-        pricing={"/paid": [OneTime(500_000)], "/sub": [Subscription(PLAN, 10_000_000, 2_592_000)]},
+        pricing={
+            "/paid": [OneTime(500_000)],
+            "/sub": [Subscription(PLAN, 10_000_000, 2_592_000)],
+            "/session": [Session(SESSION_PRICE)],
+        },
         terms=terms,
+        sessions=sessions,
         memos=memos,
         trusted_facilitators={str(facilitator.pubkey())},
         replay=MemoryReplayStore(),
@@ -174,6 +249,11 @@ async def main(n: int) -> None:
         "subscription, warm cache": await rate(
             gate, [scope("/sub", [(b"x-svc-sub", SUB.encode())])] * n, 200
         ),
+        "session voucher, warm": await rate(
+            gate,
+            [scope("/session", [(b"authorization", h)]) for h in session_headers(sessions, n)],
+            200,
+        ),
     }
     print(f"{n} requests each, one core, in process")
     for name, rps in results.items():
@@ -181,6 +261,8 @@ async def main(n: int) -> None:
     print(f"paid / bare: {results['paid, verified offline'] / results['bare endpoint']:.2f}")
     x402 = results["x402 paid, instant fac."] / results["paid, verified offline"]
     print(f"x402 / svcpay proof: {x402:.2f}")
+    session = results["session voucher, warm"] / results["paid, verified offline"]
+    print(f"session voucher / svcpay proof: {session:.2f} (goal: at least 1.00)")
 
 
 if __name__ == "__main__":

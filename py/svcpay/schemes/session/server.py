@@ -38,6 +38,7 @@ log = logging.getLogger("svcpay.gate")
 
 METHOD, INTENT = "solana", "session"
 RETRY_AFTER_SECS = 2
+KNOWN_CHALLENGES = 10_000  # checked challenges remembered (then forgotten all at once)
 MPP_NETWORKS = {"solana-mainnet": "mainnet", "solana-devnet": "devnet"}
 
 
@@ -109,6 +110,8 @@ class SessionScheme:
         self.policy, self.clock = policy or SessionPolicy(), clock
         self.pay_to, self.mint = Pubkey.from_string(terms.pay_to), Pubkey.from_string(terms.token)
         self._requests: dict[Session, str] = {}
+        self._known: dict[tuple[str, str], int] = {}  # checked challenges -> their expiry
+        self._stamp = (0, "")
 
     # -- the 402 ---------------------------------------------------------------------------
 
@@ -143,8 +146,8 @@ class SessionScheme:
 
     def challenge(self, entry: Session) -> mpp.Challenge:
         expires = int(self.clock()) + self.policy.challenge_secs
-        return self.issuer.issue(
-            METHOD, INTENT, self.request_json(entry), expires=expires, description=entry.description
+        return self.issuer.issue_encoded(
+            METHOD, INTENT, self._encoded(entry), expires=expires, description=entry.description
         )
 
     def headers(self, pricing: list[PricingEntry]) -> RawHeaders:
@@ -179,17 +182,26 @@ class SessionScheme:
                 "method-unsupported",
                 f"this route takes {METHOD}/{INTENT}, not {echo.method}/{echo.intent}",
             )
-        if not self.issuer.recognises(echo):
-            return self.refuse(pricing, "invalid-challenge", "the challenge was not issued here")
-        if echo.request != self._encoded(entry):
-            return self.refuse(
-                pricing,
-                "invalid-challenge",
-                "the challenge was issued for other terms than this route's",
-            )
+        expires = self._known.get((echo.id, echo.request))
+        if expires is None:  # not seen yet: check it (then it is remembered until it expires)
+            if not self.issuer.recognises(echo):
+                return self.refuse(
+                    pricing, "invalid-challenge", "the challenge was not issued here"
+                )
+            if echo.request != self._encoded(entry):
+                return self.refuse(
+                    pricing,
+                    "invalid-challenge",
+                    "the challenge was issued for other terms than this route's",
+                )
+            expires = mpp.parse_rfc3339(echo.expires) if echo.expires else None
+            if expires is None:
+                return self.refuse(pricing, "invalid-challenge", "the challenge has no expiry")
+            if len(self._known) >= KNOWN_CHALLENGES:
+                self._known.clear()
+            self._known[echo.id, echo.request] = expires
         now = self.clock()
-        expires = mpp.parse_rfc3339(echo.expires) if echo.expires else None
-        if expires is None or expires < now:
+        if expires < now:
             return self.refuse(pricing, "payment-expired", "the challenge has expired")
         payload = credential.payload
         action = payload.get("action")
@@ -255,20 +267,22 @@ class SessionScheme:
                 f"({accepted}): it is a replay, a concurrent copy, or stale",
                 acceptedCumulative=str(accepted),
             )
-        receipt = mpp.Receipt(
-            METHOD,
-            str(voucher.channel),
-            int(now),
-            echo.id,
-            INTENT,
-            {
-                "acceptedCumulative": str(voucher.cumulative),
-                "spent": str(voucher.cumulative),
-                "idleTimeoutSeconds": 0,
-                "deposit": str(state.deposit),
-            },
+        return _Taken(self, voucher, self._receipt(voucher, state.deposit, echo.id, int(now)))
+
+    def _receipt(self, voucher: SignedVoucher, deposit: int, challenge_id: str, now: int) -> bytes:
+        """The `Payment-Receipt` value: MPP's session receipt, in JCS (its keys in order, every
+        value ASCII: written directly, as it is on every paid request)."""
+        stamp = self._stamp
+        if stamp[0] != now:
+            stamp = self._stamp = (now, mpp.rfc3339(now))
+        cumulative = voucher.cumulative
+        text = (
+            f'{{"acceptedCumulative":"{cumulative}","challengeId":"{challenge_id}",'
+            f'"deposit":"{deposit}","idleTimeoutSeconds":0,"intent":"{INTENT}",'
+            f'"method":"{METHOD}","reference":"{voucher.channel}","spent":"{cumulative}",'
+            f'"status":"success","timestamp":"{stamp[1]}"}}'
         )
-        return _Taken(self, voucher, receipt.header().encode())
+        return mpp.b64url(text.encode()).encode()
 
     def _unfit(self, state: SessionView | None, voucher: SignedVoucher, now: float) -> str | None:
         """Why this session cannot pay this gate, or None."""

@@ -43,8 +43,9 @@ async def session(w: Walkthrough) -> None:
     say(f"the session's accounts itself, so it gets {sol(SESSION_RENT)} first:")
     chain.fund(world.client, SESSION_RENT)
     before = w.balances()
-    auth = PaymentAuth(world.client, rpc=w.rpc, billing=w.billing, max_per_request=DEPOSIT,
-                       session_deposit=DEPOSIT)  # fmt: skip
+    auth = PaymentAuth(
+        world.client, rpc=w.rpc, billing=w.billing, max_per_request=DEPOSIT, session_deposit=DEPOSIT
+    )
     first = await w.api.get("/v1/quote", auth=auth)
     expect(first.status_code == 200, f"the first session call answered {first.status_code}")
     [(_, tab)] = auth.tabs.items()
@@ -57,8 +58,10 @@ async def session(w: Walkthrough) -> None:
             reply = await quiet.get("/v1/quote")
             expect(reply.status_code == 200, f"a session call answered {reply.status_code}")
     took = time.monotonic() - began
-    say(f"  {CALLS - 1:,} paid calls in {took:.1f} s ({(CALLS - 1) / took:,.0f} per second), "
-        f"no transaction; the last voucher says {usdc(tab.cumulative)} in all")  # fmt: skip
+    say(
+        f"  {CALLS - 1:,} paid calls in {took:.1f} s ({(CALLS - 1) / took:,.0f} per second), "
+        f"no transaction; the last voucher says {usdc(tab.cumulative)} in all"
+    )
     expect(tab.cumulative == CALLS * QUOTE_PRICE, f"vouchers total {tab.cumulative}")
     say("the resource server reports the served vouchers to the facilitator, which redeems a")
     say("session's highest once 1.00 USDC is unredeemed (SVCPAY_SESSION_REDEEM_AT), or 300 s")
@@ -93,7 +96,9 @@ async def session(w: Walkthrough) -> None:
     expect(state is not None and type(state.status).__name__ == "Closed", "not closed")
     w.show_balances(before, w.balances())
     refund = DEPOSIT - CALLS * QUOTE_PRICE
-    say(f"  the client paid {usdc(CALLS * QUOTE_PRICE)} for {CALLS:,} calls; "
-        f"{usdc(refund)} of its deposit came back")  # fmt: skip
+    say(
+        f"  the client paid {usdc(CALLS * QUOTE_PRICE)} for {CALLS:,} calls; "
+        f"{usdc(refund)} of its deposit came back"
+    )
     await w.webhooks(["session.closed"])
     say(f"receipts carry acceptedCumulative; the last: {json.dumps(tab.cumulative)} base units")

@@ -69,6 +69,7 @@ class Facilitator:
             instance=config.instance,
             redeem_secs=config.session_redeem_secs,
             redeem_at=config.session_redeem_at,
+            lease_secs=config.crank_lease_secs,
         )
         self.deliverer = Deliverer(
             self.store,

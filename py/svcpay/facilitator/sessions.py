@@ -41,7 +41,6 @@ from svcpay.protocol.voucher import SignedVoucher
 log = logging.getLogger("svcpay.facilitator")
 
 EXPIRY_MARGIN_SECS = 120  # redeem this long before a voucher or the dispute window runs out
-LEASE_SECS = 60  # a redeem transaction confirms (or expires) well within this
 
 
 @dataclass
@@ -69,9 +68,13 @@ class SessionRedeemer:
         instance: str,
         redeem_secs: int = 300,
         redeem_at: int = 1_000_000,
+        lease_secs: int = 10,
     ) -> None:
+        """`lease_secs`: how long a pass holds the sessions it redeems (the crank's lease,
+        SVCPAY_CRANK_LEASE_SECS): another instance takes them over after a crash then."""
         self.store, self.billing, self.keypair = store, billing, keypair
         self.instance, self.redeem_secs, self.redeem_at = instance, redeem_secs, redeem_at
+        self.lease_secs = lease_secs
 
     # -- reports from gates --------------------------------------------------------------
 
@@ -95,15 +98,21 @@ class SessionRedeemer:
                 answers.append({"session": session, "status": "stale"})
                 continue
             kept = await self.store.sessions.offer(
-                provider_id, session, signer=str(voucher.signer), cumulative=voucher.cumulative,
-                expiry=voucher.expiry, signature=str(voucher.signature), redeemed=state.redeemed,
+                provider_id,
+                session,
+                signer=str(voucher.signer),
+                cumulative=voucher.cumulative,
+                expiry=voucher.expiry,
+                signature=str(voucher.signature),
+                redeemed=state.redeemed,
                 due_at=self._due(state, voucher, ts),
-            )  # fmt: skip
+            )
             answers.append({"session": session, "status": "kept" if kept else "stale"})
         return answers
 
-    async def _refusal(self, provider_id: str, voucher: SignedVoucher, state: Session | None
-                       ) -> str | None:  # fmt: skip
+    async def _refusal(
+        self, provider_id: str, voucher: SignedVoucher, state: Session | None
+    ) -> str | None:
         if not voucher.verifies():
             return "the voucher's signature is invalid"
         if state is None:
@@ -160,8 +169,11 @@ class SessionRedeemer:
             state = states.get(Pubkey.from_string(held.session))
             if state is None or not isinstance(state.status, Open | Closing):
                 # Closed before it was redeemed: the rest went back to the payer.
-                log.warning("session %s closed with %d unredeemed", held.session,
-                            held.cumulative - held.redeemed)  # fmt: skip
+                log.warning(
+                    "session %s closed with %d unredeemed",
+                    held.session,
+                    held.cumulative - held.redeemed,
+                )
                 await self.store.sessions.redeemed(held.session, held.cumulative)
                 continue
             if state.redeemed >= held.cumulative:
@@ -171,24 +183,32 @@ class SessionRedeemer:
             if held.due_at <= ts or isinstance(state.status, Closing):
                 due.append(held)
         summary.due = len(due)
-        claimed = set(await self.store.sessions.claim(self.instance, [h.session for h in due],
-                                                      LEASE_SECS))  # fmt: skip
+        names = [h.session for h in due]
+        claimed = set(await self.store.sessions.claim(self.instance, names, self.lease_secs))
         items = []
         for held in due:
             if held.session not in claimed:
                 continue
             channel = Pubkey.from_string(held.session)
-            voucher = SignedVoucher(channel, held.cumulative, held.expiry,
-                                    Pubkey.from_string(held.signer),
-                                    Signature.from_string(held.signature))  # fmt: skip
+            voucher = SignedVoucher(
+                channel,
+                held.cumulative,
+                held.expiry,
+                Pubkey.from_string(held.signer),
+                Signature.from_string(held.signature),
+            )
             items.append((states[channel], channel, voucher))
         owners = {h.session: h.provider_id for h in due}
         for group in pack(items, self.keypair.pubkey()):
             await self._redeem(group, summary, owners)
         return summary
 
-    async def _redeem(self, group: list[tuple[Session, Pubkey, SignedVoucher]],
-                      summary: RedeemSummary, owners: dict[str, str]) -> None:  # fmt: skip
+    async def _redeem(
+        self,
+        group: list[tuple[Session, Pubkey, SignedVoucher]],
+        summary: RedeemSummary,
+        owners: dict[str, str],
+    ) -> None:
         names = [str(channel) for _, channel, _ in group]
         try:
             receipt = await self.billing.send(ix.redeem_many(group), [self.keypair])
@@ -209,10 +229,15 @@ class SessionRedeemer:
             [
                 replace(e, provider_id=owners.get(e.session or ""))
                 for index, event in enumerate(receipt.events)
-                for e in from_program_event(event.name, event.data, signature=receipt.signature,
-                                            index=index, at=int(time.time()))
+                for e in from_program_event(
+                    event.name,
+                    event.data,
+                    signature=receipt.signature,
+                    index=index,
+                    at=int(time.time()),
+                )
             ]
-        )  # fmt: skip
+        )
         for event in receipt.events:
             if event.name == "SessionRedeemed":
                 summary.amount += int(event.data["amount"])

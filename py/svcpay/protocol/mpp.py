@@ -322,8 +322,10 @@ class Receipt:
             **({"intent": self.intent} if self.intent else {}),
             **self.extra,
         }
-        flat = all(isinstance(v, str | int) and (not isinstance(v, str) or v.isascii())
-                   for v in data.values())  # fmt: skip
+        flat = all(
+            isinstance(v, str | int) and (not isinstance(v, str) or v.isascii())
+            for v in data.values()
+        )
         return encode_plain(data) if flat else encode_json(data)
 
     @classmethod

@@ -38,9 +38,16 @@ class HeldVoucher:
 
 def _held(m: Any) -> HeldVoucher:
     return HeldVoucher(
-        m["session"], m["provider_id"], m["signer"], int(m["cumulative"]), int(m["expiry"]),
-        m["signature"], int(m["redeemed"]), int(m["due_at"]), m["last_error"],
-    )  # fmt: skip
+        m["session"],
+        m["provider_id"],
+        m["signer"],
+        int(m["cumulative"]),
+        int(m["expiry"]),
+        m["signature"],
+        int(m["redeemed"]),
+        int(m["due_at"]),
+        m["last_error"],
+    )
 
 
 class SessionVouchers(Part):
@@ -60,10 +67,17 @@ class SessionVouchers(Part):
         due time only moves earlier. True when it was kept."""
         ts = now()
         row = {
-            "session": session, "provider_id": provider_id, "signer": signer,
-            "cumulative": cumulative, "expiry": expiry, "signature": signature,
-            "redeemed": redeemed, "due_at": due_at, "lease_until": 0, "updated_at": ts,
-        }  # fmt: skip
+            "session": session,
+            "provider_id": provider_id,
+            "signer": signer,
+            "cumulative": cumulative,
+            "expiry": expiry,
+            "signature": signature,
+            "redeemed": redeemed,
+            "due_at": due_at,
+            "lease_until": 0,
+            "updated_at": ts,
+        }
         stmt = self._insert(t).values(**row)
         stmt = stmt.on_conflict_do_update(
             index_elements=[t.c.session],

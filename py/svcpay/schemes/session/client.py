@@ -109,8 +109,9 @@ class Tab:
     @classmethod
     def from_json_dict(cls, data: dict[str, Any]) -> Tab:
         key = Keypair.from_bytes(base58.b58decode(data["key"]))
-        return cls(Pubkey.from_string(data["channel"]), key, int(data["deposit"]),
-                   int(data["cumulative"]))  # fmt: skip
+        return cls(
+            Pubkey.from_string(data["channel"]), key, int(data["deposit"]), int(data["cumulative"])
+        )
 
 
 def tab_key(offer: SessionOffer) -> str:

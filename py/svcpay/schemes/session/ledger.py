@@ -148,13 +148,26 @@ REPORTED = "UPDATE {t} SET reported = {p} WHERE channel = {p} AND reported < {p}
 
 
 def advance_args(voucher: SignedVoucher, floor: int, step: int) -> tuple[object, ...]:
-    return (str(voucher.channel), voucher.cumulative, bytes(voucher.signature), floor,
-            time.time(), step)  # fmt: skip
+    return (
+        str(voucher.channel),
+        voucher.cumulative,
+        bytes(voucher.signature),
+        floor,
+        time.time(),
+        step,
+    )
 
 
 def commit_args(voucher: SignedVoucher) -> tuple[object, ...]:
-    return (voucher.cumulative, voucher.expiry, str(voucher.signer), bytes(voucher.signature),
-            time.time(), str(voucher.channel), voucher.cumulative)  # fmt: skip
+    return (
+        voucher.cumulative,
+        voucher.expiry,
+        str(voucher.signer),
+        bytes(voucher.signature),
+        time.time(),
+        str(voucher.channel),
+        voucher.cumulative,
+    )
 
 
 def release_args(voucher: SignedVoucher) -> tuple[object, ...]:

@@ -71,8 +71,11 @@ class VoucherReporter:
             answers = r.json()["vouchers"]
             for voucher, answer in zip(vouchers, answers, strict=True):
                 if answer.get("status") == "refused":
-                    log.warning("the facilitator refused the voucher of session %s: %s",
-                                voucher.channel, answer.get("reason"))  # fmt: skip
+                    log.warning(
+                        "the facilitator refused the voucher of session %s: %s",
+                        voucher.channel,
+                        answer.get("reason"),
+                    )
                 await self.ledger.reported(str(voucher.channel), voucher.cumulative)
             total += len(vouchers)
             if self._failing:

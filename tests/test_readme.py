@@ -1,5 +1,6 @@
-"""The README's provider and client snippets run as written: the gate answers 402, the
-client pays through a real facilitator over HTTP and gets the data."""
+"""The README's provider, client and session snippets run as written: the gate answers 402,
+the client pays through a real facilitator over HTTP (or with a session voucher) and gets
+the data."""
 
 from __future__ import annotations
 
@@ -22,8 +23,11 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from svcpay.client import PaymentAuth
+from svcpay.gate.pricing import Terms
 from svcpay.localnet.process import Localnet
 from svcpay.program.client import BillingClient
+from svcpay.protocol.memo import Memos
+from svcpay.protocol.replay import MemoryReplayStore
 from tests.cli.conftest import serve
 from tests.cli.test_pay import proxy
 from tests.support.billing import USDC
@@ -89,3 +93,33 @@ def test_the_provider_and_client_snippets_work(
             exec(body + "    return data\n", client_ns)
             assert asyncio.run(client_ns["run"]()) == {"data": 42}
     assert int(chain.token_state(pay_to)["amount"]) == USDC // 2
+
+
+@pytest.mark.anyio
+async def test_the_session_snippet_works(
+    chain: Chain, client: BillingClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the snippet's vouchers.db lands here
+    provider, wallet = chain.funded_keypair(), chain.funded_keypair()
+    mint = chain.create_mint()
+    pay_to = chain.token_account(provider.pubkey(), mint)
+    chain.token_account(wallet.pubkey(), mint, 2 * USDC)
+    terms = Terms(pay_to=str(pay_to), token=str(mint))
+    ns: dict[str, Any] = {
+        "app": Starlette(routes=[Route("/v1/quote", data)]), "terms": terms,
+        "memos": Memos(os.urandom(32)), "replay": MemoryReplayStore(), "billing": client,
+        "FACILITATOR_URL": "http://facilitator.invalid", "PROVIDER_API_KEY": "svc_unused",
+        "CHALLENGE_SECRET": os.urandom(32),
+    }  # fmt: skip
+    exec(snippet("## Sessions: many calls"), ns)
+    transport = httpx.ASGITransport(app=ns["app"])
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+        unpaid = await http.get("/v1/quote")
+        assert (
+            unpaid.status_code == 402 and 'intent="session"' in unpaid.headers["www-authenticate"]
+        )
+        auth = PaymentAuth(wallet, rpc=client.rpc, billing=client, max_per_request=USDC)
+        for _ in range(3):
+            paid = await http.get("/v1/quote", auth=auth)
+            assert paid.status_code == 200 and paid.json() == {"data": 42}
+    assert await ns["ledger"].highest(str(next(iter(auth.tabs.items()))[1].channel)) == 3_000

@@ -124,14 +124,15 @@ class MemoryVoucherLedger:
 
 
 # One statement each, so SQLite and PostgreSQL run the same compare-and-set. A new session's
-# row is inserted (the caller checked the floor); an existing one is updated only when the
-# voucher adds `step` to its highest; RETURNING names the replaced cumulative.
+# row is inserted when the voucher adds `step` to the floor; an existing one is updated only
+# when it adds `step` to its highest; RETURNING names the replaced cumulative.
 COLUMNS = """channel TEXT PRIMARY KEY, cumulative BIGINT NOT NULL, signature BYTEA,
     prev_cumulative BIGINT NOT NULL, served BIGINT NOT NULL DEFAULT 0, served_expiry BIGINT,
     served_signer TEXT, served_signature BYTEA, reported BIGINT NOT NULL DEFAULT 0,
     updated_at DOUBLE PRECISION NOT NULL"""
 ADVANCE = """INSERT INTO {t} AS v (channel, cumulative, signature, prev_cumulative, updated_at)
-    VALUES ({p}, {p}, {p}, {p}, {p})
+    SELECT {p}, {p}, {p}, {p}, {p}
+    WHERE {p} >= {p} + {p} OR EXISTS (SELECT 1 FROM {t} WHERE channel = {p})
     ON CONFLICT (channel) DO UPDATE SET cumulative = excluded.cumulative,
     signature = excluded.signature, prev_cumulative = v.cumulative,
     updated_at = excluded.updated_at
@@ -148,12 +149,17 @@ REPORTED = "UPDATE {t} SET reported = {p} WHERE channel = {p} AND reported < {p}
 
 
 def advance_args(voucher: SignedVoucher, floor: int, step: int) -> tuple[object, ...]:
+    channel, cumulative = str(voucher.channel), voucher.cumulative
     return (
-        str(voucher.channel),
-        voucher.cumulative,
+        channel,
+        cumulative,
         bytes(voucher.signature),
         floor,
         time.time(),
+        cumulative,
+        floor,
+        step,
+        channel,
         step,
     )
 

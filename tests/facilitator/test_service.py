@@ -29,7 +29,7 @@ from svcpay.webhooks import SIGNATURE_HEADER, verify_webhook
 from tests.support.billing import DAY, USDC
 from tests.support.chain import Chain
 from tests.support.clock import Clock
-from tests.support.facilitator import InProcessFacilitator, in_process_facilitator
+from tests.support.facilitator import InProcessFacilitator, in_process_facilitator, index_all
 
 pytestmark = pytest.mark.anyio
 PRICE = USDC // 2
@@ -247,7 +247,7 @@ async def test_metered_usage_is_deducted_once_per_key_up_to_the_cap(
         "/v1/usage", json={**report, "idempotencyKey": "u-4"}, headers=shop.auth()
     )
     assert raised.status_code == 200
-    await service.index_once()  # the subscriber's own cap change reaches the event log
+    await index_all(service)  # the subscriber's own cap change reaches the event log
     types = [e.type for e in await service.store.events.read(shop.provider_id)]
     assert types.count("allowance.deducted") == 3
     assert "allowance.exhausted" in types and "allowance.raised" in types

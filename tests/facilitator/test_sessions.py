@@ -38,7 +38,7 @@ from svcpay.schemes.session.ledger import SqliteVoucherLedger
 from svcpay.schemes.session.reporter import VoucherReporter
 from tests.support.billing import USDC
 from tests.support.chain import Chain
-from tests.support.facilitator import InProcessFacilitator, in_process_facilitator
+from tests.support.facilitator import InProcessFacilitator, in_process_facilitator, index_all
 
 pytestmark = pytest.mark.anyio
 PRICE = 1_000
@@ -151,7 +151,7 @@ async def test_served_vouchers_are_reported_and_redeemed_in_one_transaction(shop
     again = await shop.fac.service.redeem_once()
     assert (again.pending, again.transactions) == (0, 0)
     # The redeems are lifecycle events of this provider, counted as session revenue.
-    await shop.fac.service.index_once()
+    await index_all(shop.fac.service)
     events = await shop.fac.service.store.events.read(shop.provider_id, limit=500)
     kinds = [e.type for e in events]
     assert kinds.count("session.opened") == 3 and kinds.count("session.redeemed") == 3

@@ -488,10 +488,16 @@ class Scene:
         return Attack("top_up_session", ix, [self.alice.keypair])
 
     def redeem_session(self) -> Attack:
-        """A stranger redeems alice's voucher: the provider is paid."""
+        """A stranger redeems alice's voucher: the provider's claim is recorded."""
         voucher = SignedVoucher.sign(self.alice.keypair, self.session, USDC)
-        precompile, ix = sessions.redeem(self.session_state(), self.session, voucher)
+        precompile, ix, _ = sessions.redeem(self.session_state(), self.session, voucher)
         return Attack("redeem_session", ix, [self.stranger], prelude=[precompile])
+
+    def withdraw_session(self) -> Attack:
+        """A stranger redeems alice's voucher and withdraws: the provider is paid."""
+        voucher = SignedVoucher.sign(self.alice.keypair, self.session, USDC)
+        precompile, redeem, ix = sessions.redeem(self.session_state(), self.session, voucher)
+        return Attack("withdraw_session", ix, [self.stranger], prelude=[precompile, redeem])
 
     def request_close_session(self) -> Attack:
         ix = sessions.request_close(self.session_state(), self.session)
@@ -523,6 +529,7 @@ HONEST: dict[str, Build] = {
     "open_session": Scene.open_session,
     "top_up_session": Scene.top_up_session,
     "redeem_session": Scene.redeem_session,
+    "withdraw_session": Scene.withdraw_session,
     "request_close_session": Scene.request_close_session,
     "close_session": Scene.close_session,
 }
@@ -637,6 +644,7 @@ WRONG_OWNER = [
     case("open_session", "TokenAccountMismatch", payer_token="carol.wallet"),
     case("open_session", "TokenAccountMismatch", recipient="alice.wallet"),
     case("redeem_session", "AccountOwnedByWrongProgram", session="alice.token"),
+    case("withdraw_session", "AccountOwnedByWrongProgram", session="alice.token"),
     case("close_session", "AccountOwnedByWrongProgram", session="alice.wallet"),
     # The subscriber's token account replaced by one of the same mint that someone else owns.
     case("subscribe", "TokenAccountMismatch", subscriber_token="stranger.token"),
@@ -705,8 +713,9 @@ SUBSTITUTION = [
     case("close_subscription", "ConstraintHasOne", subscription="bob.subscription"),
     case("close_subscription", "ConstraintHasOne", allowance="bob.allowance"),
     # A session's money goes only where the session says.
-    case("redeem_session", "DestinationMismatch", recipient="stranger.token"),
-    case("redeem_session", "TokenAccountMismatch", vault="alice.token"),
+    case("withdraw_session", "DestinationMismatch", recipient="stranger.token"),
+    case("withdraw_session", "TokenAccountMismatch", vault="alice.token"),
+    case("close_session", "DestinationMismatch", recipient="stranger.token"),
     case("close_session", "TokenAccountMismatch", refund="stranger.token"),
     case("close_session", "Unauthorized", closer="carol.wallet"),
     case("close_session", "Unauthorized", payer="stranger.wallet"),
@@ -752,6 +761,7 @@ COSPLAY = [
     case("close_subscription", "AccountDiscriminatorMismatch", subscription="alice.allowance"),
     case("close_subscription", "AccountDiscriminatorMismatch", allowance="plan"),
     case("redeem_session", "AccountDiscriminatorMismatch", session="alice.subscription"),
+    case("withdraw_session", "AccountDiscriminatorMismatch", session="alice.subscription"),
     case("top_up_session", "AccountDiscriminatorMismatch", session="plan"),
     case("close_session", "AccountDiscriminatorMismatch", session="alice.allowance"),
     case("open_session", "MintMismatch", mint="alice.token"),
@@ -938,7 +948,7 @@ FAKE_PROGRAMS = [
     case("deduct_allowance", "InvalidProgramId", token_program="system"),
     case("open_session", "InvalidProgramId", token_program="memo"),
     case("open_session", "InvalidProgramId", system_program="memo"),
-    case("redeem_session", "MintMismatch", token_program="memo"),
+    case("withdraw_session", "MintMismatch", token_program="memo"),
     case("close_session", "MintMismatch", token_program="svc_billing"),
 ]
 

@@ -91,3 +91,18 @@ def proxy(client: httpx.AsyncClient) -> ASGIApp:
         await Response(reply.content, reply.status_code, media_type=media)(scope, receive, send)
 
     return app
+
+
+async def index_all(service: Facilitator) -> None:
+    """Runs the indexer until it has read the program's history up to now: it reads 500
+    transactions a pass, oldest first, and the suite's validator holds every earlier
+    test's."""
+    from svcpay.facilitator.lifecycle import INDEXER_CURSOR
+
+    found = await service.rpc.get_signatures_for_address(service.billing.program_id, limit=1)
+    newest = str(found.value[0].signature) if found.value else None
+    for _ in range(10_000):
+        await service.index_once()
+        if newest is None or await service.store.cursors.get(INDEXER_CURSOR) == newest:
+            return
+    raise AssertionError("the indexer did not catch up")

@@ -185,11 +185,20 @@ pub struct SessionToppedUp {
 #[event]
 pub struct SessionRedeemed {
     pub session: Pubkey,
-    /// Base units paid to the recipient by this redeem.
+    /// Base units this redeem adds to the recipient's claim (paid by `withdraw_session`).
     pub amount: u64,
     /// The voucher's cumulative amount, now the session's `redeemed`.
     pub cumulative: u64,
     pub deposit: u64,
+}
+
+#[event]
+pub struct SessionWithdrawn {
+    pub session: Pubkey,
+    /// Base units paid to the recipient by this withdrawal.
+    pub amount: u64,
+    /// Paid out in all, now equal to `redeemed`.
+    pub withdrawn: u64,
 }
 
 #[event]

@@ -141,11 +141,15 @@ pub mod svc_billing {
         TopUpSession::handler(ctx, amount, expires_at)
     }
 
-    /// Pays the recipient what a voucher, verified by the Ed25519 precompile in the same
-    /// transaction, adds to what was already redeemed (anyone may send it).
-    #[access_control(ctx.accounts.validate(&args))]
+    /// Records a voucher, verified by the Ed25519 precompile in the same transaction, as
+    /// the recipient's claim (anyone may send it; no money moves).
     pub fn redeem_session(ctx: Context<RedeemSession>, args: RedeemArgs) -> Result<()> {
         RedeemSession::handler(ctx, args)
+    }
+
+    /// Pays the recipient what was redeemed and not yet paid out (anyone may send it).
+    pub fn withdraw_session(ctx: Context<WithdrawSession>) -> Result<()> {
+        WithdrawSession::handler(ctx)
     }
 
     /// The payer asks to close: the dispute window starts.

@@ -40,6 +40,7 @@ from svcpay.protocol.voucher import SignedVoucher
 
 log = logging.getLogger("svcpay.facilitator")
 
+RETRY_SECS = 60  # a redeem that failed is tried again this much later
 EXPIRY_MARGIN_SECS = 120  # redeem this long before a voucher or the dispute window runs out
 
 
@@ -217,9 +218,17 @@ class SessionRedeemer:
                 for item in group:
                     await self._redeem([item], summary, owners)
                 return
+            _, channel, voucher = group[0]
+            now_on_chain = (await self.states([channel])).get(channel)
+            if now_on_chain is not None and now_on_chain.redeemed >= voucher.cumulative:
+                # Redeemed meanwhile (another instance whose lease ran out mid-pass, or a
+                # transaction of ours that landed late): nothing was lost or paid twice.
+                summary.already += 1
+                await self.store.sessions.redeemed(names[0], now_on_chain.redeemed)
+                return
             summary.failed += 1
             summary.errors.append(f"{names[0]}: {e}")
-            await self.store.sessions.give_back(names, self.instance, str(e))
+            await self.store.sessions.give_back(names, self.instance, str(e), RETRY_SECS)
             return
         except BaseException:
             await self.store.sessions.give_back(names, self.instance, "interrupted")

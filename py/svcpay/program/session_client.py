@@ -99,18 +99,20 @@ class Sessions:
 
 
 def pack(
-    items: Sequence[tuple[Session, Pubkey, SignedVoucher]], payer: Pubkey
+    items: Sequence[tuple[Session, Pubkey, SignedVoucher]], payer: Pubkey, *, pay: bool = True
 ) -> list[list[tuple[Session, Pubkey, SignedVoucher]]]:
-    """Greedy groups of redeems whose transaction fits in MAX_TX_BYTES."""
+    """Greedy groups of redeems (withdrawals too, with `pay`) whose transaction fits in
+    MAX_TX_BYTES."""
     groups: list[list[tuple[Session, Pubkey, SignedVoucher]]] = []
     for item in items:
-        if groups and _size([*groups[-1], item], payer) <= MAX_TX_BYTES:
+        if groups and _size([*groups[-1], item], payer, pay) <= MAX_TX_BYTES:
             groups[-1].append(item)
         else:
             groups.append([item])
     return groups
 
 
-def _size(group: list[tuple[Session, Pubkey, SignedVoucher]], payer: Pubkey) -> int:
-    message = MessageV0.try_compile(payer, sessions.redeem_many(group), [], Hash.default())
+def _size(group: list[tuple[Session, Pubkey, SignedVoucher]], payer: Pubkey, pay: bool) -> int:
+    ixs = sessions.redeem_many(group, pay=pay)
+    message = MessageV0.try_compile(payer, ixs, [], Hash.default())
     return 1 + 64 * message.header.num_required_signatures + len(bytes(message))

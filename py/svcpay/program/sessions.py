@@ -1,9 +1,11 @@
-"""svc_billing's session instructions with every account filled in (docs/adr/0024).
+"""svc_billing's session instructions with every account filled in (docs/adr/0024, 0026).
 
-A session escrows a payer's deposit for vouchers (`svcpay.protocol.voucher`); `redeem`
-returns the two instructions a redeem needs, the Ed25519 precompile verifying the voucher
-and `redeem_session` pointing at it, and `redeem_many` packs several sessions' vouchers
-behind one precompile instruction. Amounts are integers in the mint's base units.
+A session escrows a payer's deposit for vouchers (`svcpay.protocol.voucher`). A redeem
+records the provider's claim (`redeem_session`, verified by the Ed25519 precompile in the
+same transaction); `withdraw_session` pays it out. `redeem` returns the instructions that do
+both (the precompile, the redeem pointing at it, the withdrawal), and `redeem_many` packs
+several sessions' vouchers behind one precompile instruction. Amounts are integers in the
+mint's base units.
 """
 
 from __future__ import annotations
@@ -82,19 +84,23 @@ def top_up(
 def redeem_instruction(
     session: Session, address: Pubkey, voucher: SignedVoucher, ed25519_index: int
 ) -> Instruction:
-    """`redeem_session` for `voucher`, verified by the precompile at `ed25519_index`."""
+    """`redeem_session` for `voucher`, verified by the precompile at `ed25519_index`: records
+    the claim (no transfer)."""
     args = RedeemArgs(
         cumulative=voucher.cumulative, expiry=voucher.expiry, ed25519_index=ed25519_index
     )
-    ix = gen.redeem_session(
-        {"args": args},
+    return gen.redeem_session({"args": args}, {"session": address, "instructions": INSTRUCTIONS})
+
+
+def withdraw(session: Session, address: Pubkey) -> Instruction:
+    """`withdraw_session`: pays the recipient what was redeemed and not yet paid out."""
+    ix = gen.withdraw_session(
         {
             "session": address,
             "vault": pda.vault_address(address),
             "recipient": session.recipient,
             "mint": session.mint,
-            "instructions": INSTRUCTIONS,
-        },
+        }
     )
     return _with_token_program(ix, session.token_program)
 
@@ -102,18 +108,24 @@ def redeem_instruction(
 def redeem(
     session: Session, address: Pubkey, voucher: SignedVoucher, at: int = 0
 ) -> list[Instruction]:
-    """The precompile instruction and the redeem, for a transaction in which the precompile
-    is instruction `at`."""
-    return [ed25519_instruction([voucher]), redeem_instruction(session, address, voucher, at)]
+    """The precompile instruction, the redeem and the withdrawal, for a transaction in which
+    the precompile is instruction `at`."""
+    return [
+        ed25519_instruction([voucher]),
+        redeem_instruction(session, address, voucher, at),
+        withdraw(session, address),
+    ]
 
 
 def redeem_many(
-    sessions: Sequence[tuple[Session, Pubkey, SignedVoucher]], at: int = 0
+    sessions: Sequence[tuple[Session, Pubkey, SignedVoucher]], at: int = 0, *, pay: bool = True
 ) -> list[Instruction]:
-    """One precompile instruction (at index `at`) verifying every voucher, then a redeem per
-    session."""
+    """One precompile instruction (at index `at`) verifying every voucher, a redeem per
+    session, then (with `pay`) a withdrawal per session."""
     ixs = [ed25519_instruction([v for _, _, v in sessions])]
     ixs += [redeem_instruction(s, a, v, at) for s, a, v in sessions]
+    if pay:
+        ixs += [withdraw(s, a) for s, a, _ in sessions]
     return ixs
 
 
@@ -123,14 +135,15 @@ def request_close(session: Session, address: Pubkey) -> Instruction:
 
 
 def close(session: Session, address: Pubkey, closer: Pubkey) -> Instruction:
-    """Refunds what the vault holds to the payer and closes it; `closer` is the provider
-    (any time) or the payer (after the dispute window)."""
+    """Pays the recipient what it is owed, refunds the rest of the vault to the payer and
+    closes it; `closer` is the provider (any time) or the payer (after the dispute window)."""
     ix = gen.close_session(
         {
             "closer": closer,
             "session": address,
             "vault": pda.vault_address(address),
             "refund": session.refund,
+            "recipient": session.recipient,
             "payer": session.payer,
             "mint": session.mint,
         }

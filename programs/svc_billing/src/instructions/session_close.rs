@@ -37,10 +37,11 @@ impl RequestCloseSession<'_> {
     }
 }
 
-/// Closes a session: what the vault holds beyond the redeemed amount goes back to the
-/// payer's token account, the vault is closed (rent to the payer), and the session stays
-/// as a `Closed` tombstone. The provider may close at any time (cooperative: redeem the
-/// final voucher first, in the same transaction); the payer only after the dispute window.
+/// Closes a session: what was redeemed and not yet paid out goes to the recipient, what the
+/// vault holds beyond that goes back to the payer's token account, the vault is closed
+/// (rent to the payer), and the session stays as a `Closed` tombstone. The provider may
+/// close at any time (cooperative: redeem the final voucher first, in the same
+/// transaction); the payer only after the dispute window.
 #[derive(Accounts)]
 pub struct CloseSession<'info> {
     /// The session's provider or payer.
@@ -58,6 +59,10 @@ pub struct CloseSession<'info> {
     /// CHECK: fixed by `address` to the payer's refund token account.
     #[account(mut, address = session.refund @ BillingError::TokenAccountMismatch)]
     pub refund: UncheckedAccount<'info>,
+
+    /// CHECK: fixed by `address` to the session's recipient, paid what it is owed.
+    #[account(mut, address = session.recipient @ BillingError::DestinationMismatch)]
+    pub recipient: UncheckedAccount<'info>,
 
     /// CHECK: fixed by `address` to the payer, who receives the vault's rent.
     #[account(mut, address = session.payer @ BillingError::Unauthorized)]
@@ -88,9 +93,25 @@ impl CloseSession<'_> {
     pub fn handler(ctx: Context<Self>) -> Result<()> {
         let a = ctx.accounts;
         let s = &a.session;
-        let refunded = token_view::token_account(&a.vault, &s.token_program)?.amount;
+        let held = token_view::token_account(&a.vault, &s.token_program)?.amount;
         let session_info = s.to_account_info();
         let signer = (&s.payer, s.session_id, s.bump);
+        // The vault holds at least what is owed (deposits in, only `owed` out of what was
+        // redeemed); `min` keeps a close possible whatever happened to it.
+        let owed = s.owed().min(held);
+        if owed > 0 {
+            transfer::pay_from_vault(
+                &a.token_program,
+                &a.vault,
+                &a.mint,
+                &a.recipient,
+                &session_info,
+                signer,
+                owed,
+                s.decimals,
+            )?;
+        }
+        let refunded = held - owed;
         if refunded > 0 {
             transfer::pay_from_vault(
                 &a.token_program,
@@ -116,6 +137,10 @@ impl CloseSession<'_> {
             &[seeds],
         ))?;
         let s = &mut a.session;
+        s.withdrawn = s
+            .withdrawn
+            .checked_add(owed)
+            .ok_or(BillingError::MathOverflow)?;
         s.status = SessionStatus::Closed;
         // Whatever was not redeemed is refunded: the deposit now equals what was paid out.
         s.deposit = s.redeemed;

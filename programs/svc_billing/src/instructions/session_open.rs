@@ -110,6 +110,7 @@ impl OpenSession<'_> {
             vault: a.vault.key(),
             deposit: args.deposit,
             redeemed: 0,
+            withdrawn: 0,
             price: args.price,
             expires_at: args.expires_at,
             dispute_secs: args.dispute_secs,

@@ -4,8 +4,9 @@ use crate::constants::{MAX_DISPUTE_SECS, MIN_DISPUTE_SECS};
 use crate::errors::BillingError;
 
 /// A payment session (a payment channel): the payer escrows `deposit` in the session's
-/// vault, signs cumulative vouchers off chain, and the provider redeems the newest one;
-/// what was never redeemed goes back to the payer at close (docs/adr/0024).
+/// vault, signs cumulative vouchers off chain, and the provider redeems the newest one
+/// (recording its claim), then withdraws what was redeemed; what was never redeemed goes
+/// back to the payer at close (docs/adr/0024, 0026).
 ///
 /// PDA seeds: `[SESSION_SEED, payer, session_id.to_le_bytes()]`; its address is the
 /// voucher's channel id. The vault is the token account at
@@ -37,6 +38,8 @@ pub struct Session {
     pub deposit: u64,
     /// The highest cumulative amount redeemed; vouchers only ever increase it.
     pub redeemed: u64,
+    /// Base units paid out of the vault to `recipient` so far (at most `redeemed`).
+    pub withdrawn: u64,
     /// Price per call or unit the gate charges, base units (informational on chain).
     pub price: u64,
     /// Unix seconds after which no new use is sold; the payer may close
@@ -60,6 +63,21 @@ pub enum SessionStatus {
     Closing,
     /// Settled and refunded; kept so its address is never reused.
     Closed,
+}
+
+/// Where `redeem_session` reads and writes a session in place (borsh: no padding; the
+/// discriminator first). A redeem touches four fields, so it skips deserializing all twenty
+/// (about 1,000 compute units); `tests::offsets_match_the_layout` holds these to the struct.
+pub mod layout {
+    use anchor_lang::Space;
+
+    pub const LEN: usize = 8 + super::Session::INIT_SPACE;
+    pub const SIGNER: usize = 48;
+    pub const DEPOSIT: usize = 273;
+    pub const REDEEMED: usize = 281;
+    pub const STATUS: usize = 337;
+    /// `SessionStatus::Closed` as borsh writes it.
+    pub const CLOSED: u8 = 2;
 }
 
 impl Session {
@@ -89,6 +107,11 @@ impl Session {
     /// What the vault holds for the payer: deposited and not redeemed.
     pub fn unredeemed(&self) -> u64 {
         self.deposit.saturating_sub(self.redeemed)
+    }
+
+    /// Redeemed and not yet paid out to the recipient.
+    pub fn owed(&self) -> u64 {
+        self.redeemed.saturating_sub(self.withdrawn)
     }
 
     /// Whether the payer may close alone at `now`: the dispute window after its close
@@ -121,6 +144,7 @@ mod tests {
             vault: Pubkey::default(),
             deposit,
             redeemed,
+            withdrawn: 0,
             price: 1,
             expires_at: 1_000,
             dispute_secs: 100,
@@ -130,6 +154,21 @@ mod tests {
             bump: 255,
             vault_bump: 255,
         }
+    }
+
+    #[test]
+    fn offsets_match_the_layout() {
+        let mut s = session(0x0102_0304_0506_0708, 0x1112_1314_1516_1718);
+        s.signer = Pubkey::new_from_array([7; 32]);
+        s.status = SessionStatus::Closed;
+        let mut bytes = Session::DISCRIMINATOR.to_vec();
+        s.serialize(&mut bytes).unwrap();
+        assert_eq!(bytes.len(), layout::LEN);
+        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+        assert_eq!(bytes[layout::SIGNER..layout::SIGNER + 32], [7; 32]);
+        assert_eq!(u64_at(layout::DEPOSIT), s.deposit);
+        assert_eq!(u64_at(layout::REDEEMED), s.redeemed);
+        assert_eq!(bytes[layout::STATUS], layout::CLOSED);
     }
 
     #[test]

@@ -138,14 +138,21 @@ class SessionVouchers(Part):
             )
             await conn.execute(t.update().where(where).values(lease_owner=None, lease_until=0))
 
-    async def give_back(self, sessions: Sequence[str], owner: str, error: str | None) -> None:
+    async def give_back(
+        self, sessions: Sequence[str], owner: str, error: str | None, retry_in: int = 0
+    ) -> None:
+        """Frees `owner`'s leases on `sessions`, recording `error`; with `retry_in`, they are
+        not due again for that many seconds."""
         if not sessions:
             return
+        values: dict[str, Any] = {"lease_owner": None, "lease_until": 0, "last_error": error}
+        if retry_in:
+            values["due_at"] = now() + retry_in
         async with self.engine.begin() as conn:
             await conn.execute(
                 t.update()
                 .where(t.c.session.in_(list(sessions)) & (t.c.lease_owner == owner))
-                .values(lease_owner=None, lease_until=0, last_error=error)
+                .values(**values)
             )
 
     async def of_provider(self, provider_id: str, limit: int = 100) -> list[HeldVoucher]:

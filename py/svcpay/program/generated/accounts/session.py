@@ -26,6 +26,7 @@ class SessionJSON(typing.TypedDict):
     vault: str
     deposit: int
     redeemed: int
+    withdrawn: int
     price: int
     expires_at: int
     dispute_secs: int
@@ -52,6 +53,7 @@ class Session:
         "vault" / BorshPubkey,
         "deposit" / borsh.U64,
         "redeemed" / borsh.U64,
+        "withdrawn" / borsh.U64,
         "price" / borsh.U64,
         "expires_at" / borsh.I64,
         "dispute_secs" / borsh.I64,
@@ -73,6 +75,7 @@ class Session:
     vault: Pubkey
     deposit: int
     redeemed: int
+    withdrawn: int
     price: int
     expires_at: int
     dispute_secs: int
@@ -138,6 +141,7 @@ class Session:
             vault=dec.vault,
             deposit=dec.deposit,
             redeemed=dec.redeemed,
+            withdrawn=dec.withdrawn,
             price=dec.price,
             expires_at=dec.expires_at,
             dispute_secs=dec.dispute_secs,
@@ -162,6 +166,7 @@ class Session:
             "vault": str(self.vault),
             "deposit": self.deposit,
             "redeemed": self.redeemed,
+            "withdrawn": self.withdrawn,
             "price": self.price,
             "expires_at": self.expires_at,
             "dispute_secs": self.dispute_secs,
@@ -187,6 +192,7 @@ class Session:
             vault=Pubkey.from_string(obj["vault"]),
             deposit=obj["deposit"],
             redeemed=obj["redeemed"],
+            withdrawn=obj["withdrawn"],
             price=obj["price"],
             expires_at=obj["expires_at"],
             dispute_secs=obj["dispute_secs"],

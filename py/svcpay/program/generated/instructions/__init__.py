@@ -24,3 +24,4 @@ from .set_allowance_cap import (
 from .subscribe import subscribe, SubscribeArgs, SubscribeAccounts
 from .top_up_session import top_up_session, TopUpSessionArgs, TopUpSessionAccounts
 from .update_plan import update_plan, UpdatePlanArgs, UpdatePlanAccounts
+from .withdraw_session import withdraw_session, WithdrawSessionAccounts

@@ -12,6 +12,7 @@ class CloseSessionAccounts(typing.TypedDict):
     session: Pubkey
     vault: Pubkey
     refund: Pubkey
+    recipient: Pubkey
     payer: Pubkey
     mint: Pubkey
 
@@ -26,6 +27,7 @@ def close_session(
         AccountMeta(pubkey=accounts["session"], is_signer=False, is_writable=True),
         AccountMeta(pubkey=accounts["vault"], is_signer=False, is_writable=True),
         AccountMeta(pubkey=accounts["refund"], is_signer=False, is_writable=True),
+        AccountMeta(pubkey=accounts["recipient"], is_signer=False, is_writable=True),
         AccountMeta(pubkey=accounts["payer"], is_signer=False, is_writable=True),
         AccountMeta(pubkey=accounts["mint"], is_signer=False, is_writable=False),
         AccountMeta(pubkey=TOKEN_PROGRAM_ID, is_signer=False, is_writable=False),

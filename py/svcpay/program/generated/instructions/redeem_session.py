@@ -2,7 +2,6 @@
 from __future__ import annotations
 import typing
 from solders.pubkey import Pubkey
-from spl.token.constants import TOKEN_PROGRAM_ID
 from solders.instruction import Instruction, AccountMeta
 from svcpay.program import borsh
 from .. import types
@@ -18,9 +17,6 @@ layout = borsh.CStruct("args" / types.redeem_args.RedeemArgs.layout)
 
 class RedeemSessionAccounts(typing.TypedDict):
     session: Pubkey
-    vault: Pubkey
-    recipient: Pubkey
-    mint: Pubkey
     instructions: Pubkey
 
 
@@ -32,13 +28,9 @@ def redeem_session(
 ) -> Instruction:
     keys: list[AccountMeta] = [
         AccountMeta(pubkey=accounts["session"], is_signer=False, is_writable=True),
-        AccountMeta(pubkey=accounts["vault"], is_signer=False, is_writable=True),
-        AccountMeta(pubkey=accounts["recipient"], is_signer=False, is_writable=True),
-        AccountMeta(pubkey=accounts["mint"], is_signer=False, is_writable=False),
         AccountMeta(
             pubkey=accounts["instructions"], is_signer=False, is_writable=False
         ),
-        AccountMeta(pubkey=TOKEN_PROGRAM_ID, is_signer=False, is_writable=False),
     ]
     if remaining_accounts is not None:
         keys += remaining_accounts

@@ -7,11 +7,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from solana.rpc.async_api import AsyncClient
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from starlette.applications import Starlette
@@ -23,15 +26,18 @@ from svcpay.client import PaymentAuth
 from svcpay.gate import OneTime, Session, payment_gate
 from svcpay.gate.chain import session_scheme
 from svcpay.gate.pricing import Terms
+from svcpay.localnet.process import Localnet
 from svcpay.program.client import BillingClient
+from svcpay.program.generated.accounts.session import Session as Session_
 from svcpay.program.session_client import Sessions
 from svcpay.protocol import mpp
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.replay import MemoryReplayStore
 from svcpay.protocol.voucher import SignedVoucher
 from svcpay.schemes.session.client import SessionOffer, Tab, Tabs
-from svcpay.schemes.session.ledger import SqliteVoucherLedger, VoucherLedger
+from svcpay.schemes.session.ledger import MemoryVoucherLedger, SqliteVoucherLedger, VoucherLedger
 from svcpay.schemes.session.server import SessionPolicy
+from tests.cli.conftest import serve
 from tests.support.billing import USDC
 from tests.support.chain import Chain
 
@@ -397,3 +403,40 @@ async def test_payment_auth_pays_no_session_the_limits_refuse(
 
 def tab_key_of(terms: Terms, client: BillingClient) -> str:
     return f"{client.program_id}:{terms.pay_to}:{terms.token}"
+
+
+def test_payment_auth_pays_sessions_from_a_sync_client(chain: Chain, validator: Localnet) -> None:
+    """httpx.Client: the session flow runs on the auth's own event loop, with its own RPC
+    and billing clients, against the gate served over HTTP."""
+    provider, payer = chain.funded_keypair(), chain.funded_keypair()
+    mint = chain.create_mint()
+    recipient = chain.token_account(provider.pubkey(), mint)
+    chain.token_account(payer.pubkey(), mint, USDC)
+    terms = Terms(pay_to=str(recipient), token=str(mint))
+
+    @asynccontextmanager
+    async def app() -> AsyncIterator[Any]:
+        billing = BillingClient.connect(validator.url)
+        ledger = MemoryVoucherLedger()
+        yield payment_gate(
+            Starlette(routes=[Route("/v1/data", handler)]),
+            pricing={"/v1/data": [Session(PRICE)]},
+            terms=terms,
+            memos=Memos(b"gate-memo-secret-0123456789"),
+            trusted_facilitators=set(),
+            replay=MemoryReplayStore(),
+            sessions=session_scheme(terms, billing, SECRET, ledger),
+        )
+        await billing.close()
+
+    auth = PaymentAuth(payer, rpc=AsyncClient(validator.url), max_per_request=100 * PRICE)
+    with serve(app) as url, httpx.Client(auth=auth, base_url=url) as http:
+        for _ in range(5):
+            r = http.get("/v1/data")
+            assert r.status_code == 200 and "payment-receipt" in r.headers
+        [(_, tab)] = auth.tabs.items()
+        assert tab.cumulative == 5 * PRICE
+        auth.close()  # asks to close the session on chain, then stops the auth's loop
+    state = chain.account(tab.channel)
+    assert state is not None
+    assert type(Session_.decode(state.data).status).__name__ == "Closing"

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.signature import Signature
@@ -147,7 +148,7 @@ class SessionRedeemer:
         unique = list(dict.fromkeys(channels))
         for i in range(0, len(unique), 100):
             chunk = unique[i : i + 100]
-            infos = (await self.billing.rpc.get_multiple_accounts(chunk)).value
+            infos = (await self.billing.rpc.get_multiple_accounts(chunk, Confirmed)).value
             for key, info in zip(chunk, infos, strict=True):
                 if info is None or info.owner != self.billing.program_id:
                     continue

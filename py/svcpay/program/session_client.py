@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 
+from solana.rpc.commitment import Confirmed
 from solders.hash import Hash
 from solders.keypair import Keypair
 from solders.message import MessageV0
@@ -29,7 +30,7 @@ class Sessions:
         self.billing = billing
 
     async def fetch(self, address: Pubkey) -> Session | None:
-        info = (await self.billing.rpc.get_account_info(address)).value
+        info = (await self.billing.rpc.get_account_info(address, Confirmed)).value
         # The owner first: anyone can make an account whose bytes look like a session.
         if info is None or info.owner != self.billing.program_id:
             return None
@@ -54,7 +55,7 @@ class Sessions:
         """Opens a session of `payer` (its associated token account of `mint` pays the
         deposit unless `payer_token` names another; vouchers are signed by `signer`, the
         payer by default); returns its address, the vouchers' channel id."""
-        mint_info = (await self.billing.rpc.get_account_info(mint)).value
+        mint_info = (await self.billing.rpc.get_account_info(mint, Confirmed)).value
         if mint_info is None:
             raise ValueError(f"the mint {mint} does not exist on this cluster")
         token_program = mint_info.owner

@@ -5,6 +5,7 @@ before the handler runs, redeemed on chain afterwards for exactly what was serve
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -440,3 +441,52 @@ def test_payment_auth_pays_sessions_from_a_sync_client(chain: Chain, validator: 
     state = chain.account(tab.channel)
     assert state is not None
     assert type(Session_.decode(state.data).status).__name__ == "Closing"
+
+
+class FlakyLedger(MemoryVoucherLedger):
+    """A ledger whose database is away while `down` (as SQLite answers when its file is
+    locked for too long or its disk fails)."""
+
+    down: set[str] = set()
+
+    def _check(self, what: str) -> None:
+        if what in self.down:
+            raise sqlite3.OperationalError("database is locked")
+
+    async def advance(self, voucher: SignedVoucher, *, floor: int, step: int) -> int | None:
+        self._check("advance")
+        return await super().advance(voucher, floor=floor, step=step)
+
+    async def commit(self, voucher: SignedVoucher) -> None:
+        self._check("commit")
+        await super().commit(voucher)
+
+
+async def test_a_ledger_outage_answers_503_with_retry_after_and_charges_nothing(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    ledger = FlakyLedger()
+    ledger.down = {"advance"}
+    tab = await world.open()
+    async with world.gate(ledger) as http:
+        found = await offer(http)
+        for _ in range(2):
+            r = await http.get(
+                "/v1/data", headers={"authorization": tab.credential(found, tab.sign(PRICE))}
+            )
+            assert r.status_code == 503 and r.headers["retry-after"] == "2"
+            assert r.json()["error"] == "LedgerUnavailable"
+        assert caplog.text.count("the voucher ledger is unreachable") == 1  # once per outage
+        # Down between taking the voucher and the response: the response is a 503, nothing
+        # is served or reported.
+        ledger.down = {"commit"}
+        r = await http.get(
+            "/v1/data", headers={"authorization": tab.credential(found, tab.sign(PRICE))}
+        )
+        assert r.status_code == 503 and "payment-receipt" not in r.headers
+        assert await ledger.unreported() == []
+        ledger.down = set()
+        # Back: the same price pays the next call; the failed ones cost nothing.
+        assert (await pay(http, tab, found)).status_code == 200
+        assert "the voucher ledger answers again" in caplog.text
+        assert [v.cumulative for v in await ledger.unreported()] == [PRICE]

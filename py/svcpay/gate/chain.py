@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from solana.rpc.core import RPCException
 from solders.keypair import Keypair
@@ -34,6 +35,23 @@ class SubscriptionState:
     allowance_remaining: int | None
 
 
+T = TypeVar("T")
+
+
+async def read_or_unavailable(read: Awaitable[T], unavailable: Callable[[str], Exception]) -> T:
+    """`read`'s result; `unavailable(reason)` raised instead when the RPC node refused or
+    could not be reached (the gate answers 503 then), any other error as it is."""
+    try:
+        return await read
+    except RPCException as e:  # the node answered with an error (e.g. behind, unhealthy)
+        raise unavailable(f"the RPC node refused: {e}") from e
+    except Exception as e:
+        reason = rpc_unreachable(e)
+        if reason is None:
+            raise
+        raise unavailable(f"the RPC node is unreachable ({reason})") from e
+
+
 class ChainSubscriptions:
     """Subscription states from the chain, cached for `ttl` seconds (a gate sees thousands
     of requests per subscription; a status change shows within `ttl`)."""
@@ -46,15 +64,7 @@ class ChainSubscriptions:
         hit = self._cache.get(subscription_id)
         if hit and time.monotonic() - hit[0] < self.ttl:
             return hit[1]
-        try:
-            state = await self._read(subscription_id)
-        except RPCException as e:  # the node answered with an error (e.g. behind, unhealthy)
-            raise SubscriptionsUnavailable(f"the RPC node refused: {e}") from e
-        except Exception as e:
-            reason = rpc_unreachable(e)
-            if reason is None:
-                raise
-            raise SubscriptionsUnavailable(f"the RPC node is unreachable ({reason})") from e
+        state = await read_or_unavailable(self._read(subscription_id), SubscriptionsUnavailable)
         self._cache[subscription_id] = (time.monotonic(), state)
         return state
 
@@ -124,15 +134,7 @@ class ChainSessions:
                 self._fresh_at[channel] = now
             elif now - hit[0] < self.ttl:
                 return hit[1]
-        try:
-            found = await self.sessions.fetch(channel)
-        except RPCException as e:
-            raise SessionsUnavailable(f"the RPC node refused: {e}") from e
-        except Exception as e:
-            reason = rpc_unreachable(e)
-            if reason is None:
-                raise
-            raise SessionsUnavailable(f"the RPC node is unreachable ({reason})") from e
+        found = await read_or_unavailable(self.sessions.fetch(channel), SessionsUnavailable)
         state = found if found is not None and isinstance(found.status, Open) else None
         if len(self._cache) >= self.max_entries:
             self._cache.clear()  # crude, bounded: unknown channels cannot grow it for ever

@@ -21,6 +21,7 @@ voucher back. A 2xx carries `Payment-Receipt`.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -112,6 +113,7 @@ class SessionScheme:
         self._requests: dict[Session, str] = {}
         self._known: dict[tuple[str, str], int] = {}  # checked challenges -> their expiry
         self._stamp = (0, "")
+        self._ledger_down = False
 
     # -- the 402 ---------------------------------------------------------------------------
 
@@ -253,12 +255,18 @@ class SessionScheme:
                 f"({state.deposit}); top the session up",
                 deposit=str(state.deposit),
             )
-        if voucher.cumulative < state.redeemed + price:
-            taken = None
-        else:
-            taken = await self.ledger.advance(voucher, floor=state.redeemed, step=price)
+        try:
+            if voucher.cumulative < state.redeemed + price:
+                taken = None
+            else:
+                taken = await self.ledger.advance(voucher, floor=state.redeemed, step=price)
+            highest = None if taken is not None else await self.ledger.highest(str(voucher.channel))
+        except Exception as e:
+            if not ledger_outage(e):
+                raise
+            return self.ledger_down(e)
+        self.ledger_back()
         if taken is None:
-            highest = await self.ledger.highest(str(voucher.channel))
             accepted = max(highest if highest is not None else 0, state.redeemed)
             return self.refuse(
                 pricing,
@@ -268,6 +276,20 @@ class SessionScheme:
                 acceptedCumulative=str(accepted),
             )
         return _Taken(self, voucher, self._receipt(voucher, state.deposit, echo.id, int(now)))
+
+    def ledger_down(self, e: BaseException) -> Reply:
+        """A JSON 503 with Retry-After while the voucher ledger's database is unreachable
+        (logged once until it answers again); nothing was served or charged."""
+        if not self._ledger_down:
+            log.warning("the voucher ledger is unreachable (%s); session calls answer 503", e)
+            self._ledger_down = True
+        body = {"error": "LedgerUnavailable", "message": "the voucher ledger is unreachable"}
+        return Reply.json(503, body, [(b"retry-after", str(RETRY_AFTER_SECS).encode())])
+
+    def ledger_back(self) -> None:
+        if self._ledger_down:
+            log.warning("the voucher ledger answers again")
+            self._ledger_down = False
 
     def _receipt(self, voucher: SignedVoucher, deposit: int, challenge_id: str, now: int) -> bytes:
         """The `Payment-Receipt` value: MPP's session receipt, in JCS (its keys in order, every
@@ -318,7 +340,12 @@ class _Taken(Admit):
     async def start(self, status: int, headers: RawHeaders) -> Reply | RawHeaders:
         if status >= 400:
             return []
-        await self.scheme.ledger.commit(self.voucher)
+        try:
+            await self.scheme.ledger.commit(self.voucher)
+        except Exception as e:  # not committed: the response is replaced, not charged
+            if not ledger_outage(e):
+                raise
+            return self.scheme.ledger_down(e)
         self.committed = True
         if self.scheme.reporter is not None:
             self.scheme.reporter.poke()
@@ -326,4 +353,24 @@ class _Taken(Admit):
 
     async def end(self, status: int | None, body: bytes | None) -> None:
         if not self.committed:
-            await self.scheme.ledger.release(self.voucher)
+            try:
+                await self.scheme.ledger.release(self.voucher)
+            except Exception as e:
+                if not ledger_outage(e):
+                    raise
+                # Still the highest taken, never served: the client's next voucher, resynced
+                # from the 402 it gets, counts on it (one call's price, while the
+                # ledger's database is away).
+                self.scheme.ledger_down(e)
+
+
+def ledger_outage(e: BaseException) -> bool:
+    """Whether `e` says the ledger's database is unreachable (SQLite locked or its disk
+    failing, PostgreSQL down), not a bug."""
+    if isinstance(e, sqlite3.OperationalError | OSError):
+        return True
+    try:
+        import psycopg
+    except ImportError:
+        return False
+    return isinstance(e, psycopg.OperationalError | psycopg.InterfaceError)

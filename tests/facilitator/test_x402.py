@@ -344,8 +344,10 @@ async def test_concurrent_settles_on_two_instances_settle_once(
         assert [r.status_code for r in replies] == [200] * len(clients)
         answers = [r.json() for r in replies]
         assert sum(a["success"] for a in answers) == 1, answers
-        assert {a.get("errorReason") for a in answers if not a["success"]} == {
-            Reason.DUPLICATE_SETTLEMENT
+        # The losers see it settled, or still being sent by the winner (a gate asks again).
+        assert {a.get("errorReason") for a in answers if not a["success"]} <= {
+            Reason.DUPLICATE_SETTLEMENT,
+            Reason.SETTLEMENT_PENDING,
         }
         assert market.received() == PRICE
         assert len(await market.settled_events()) == 1

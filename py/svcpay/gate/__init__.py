@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from svcpay.gate.asgi import PaymentGate, payment_gate
     from svcpay.gate.pricing import OneTime, Session, Subscription, build_payment_required
     from svcpay.gate.wsgi import PaymentGateWSGI, payment_gate_wsgi
+    from svcpay.schemes.x402_exact.server import X402Options
 
 _WHERE = {
     "PaymentGate": "svcpay.gate.asgi",
@@ -21,6 +22,7 @@ _WHERE = {
     "build_payment_required": "svcpay.gate.pricing",
     "PaymentGateWSGI": "svcpay.gate.wsgi",
     "payment_gate_wsgi": "svcpay.gate.wsgi",
+    "X402Options": "svcpay.schemes.x402_exact.server",
 }
 __all__ = [
     "OneTime",
@@ -30,7 +32,7 @@ __all__ = [
     "build_payment_required",
     "payment_gate",
 ]
-__all__ += ["PaymentGateWSGI", "payment_gate_wsgi"]
+__all__ += ["PaymentGateWSGI", "X402Options", "payment_gate_wsgi"]
 
 
 def __getattr__(name: str) -> Any:

@@ -36,6 +36,7 @@ from svcpay.schemes.session.server import SessionScheme
 from svcpay.schemes.subscription.server import Meter, Subscriptions, SubscriptionView
 from svcpay.schemes.x402_exact.facilitator_client import X402Facilitator
 from svcpay.schemes.x402_exact.idempotency import PaymentIdStore
+from svcpay.schemes.x402_exact.server import X402Options
 
 __all__ = ["Meter", "PaymentGate", "Subscriptions", "SubscriptionView", "payment_gate"]
 
@@ -65,6 +66,7 @@ class PaymentGate:
         x402_facilitator: X402Facilitator | None = None,
         payment_ids: PaymentIdStore | None = None,
         sessions: SessionScheme | None = None,
+        x402_options: X402Options | None = None,
     ) -> None:
         """`remote` (e.g. FacilitatorVerifier) replaces the offline signature check with
         the facilitator's POST /verify; memo and replay checks stay here. `serves(scope)`
@@ -74,11 +76,14 @@ class PaymentGate:
 
         x402 is on when `terms.owner` is set (ValueError at once when `terms.pay_to` is not
         that wallet's associated token account, or `terms.fee_payer` is missing):
-        `x402_facilitator` verifies and settles (default: an X402FacilitatorClient of
-        `terms.facilitator`); `payment_ids` keeps the payment-identifier responses
-        (default: beside `replay`, see `idempotency.shared_with`). `sessions` takes the
-        vouchers of routes priced with `Session` (MPP's `Authorization: Payment`,
-        docs/adr/0025; see `svcpay.gate.chain.session_scheme`)."""
+        `x402_facilitator` settles (default: an X402FacilitatorClient of
+        `terms.facilitator`) after the gate's own check of the payment, and
+        `x402_options` says how (a remote /verify too, the cap on payments waiting to
+        settle, the breaker, where pending settlements wait: docs/adr/0027);
+        `payment_ids` keeps the payment-identifier responses (default: beside `replay`,
+        see `idempotency.shared_with`). `sessions` takes the vouchers of routes priced
+        with `Session` (MPP's `Authorization: Payment`, docs/adr/0025; see
+        `svcpay.gate.chain.session_scheme`)."""
         self.app = app
         self.core = GateCore(
             routes,
@@ -92,6 +97,7 @@ class PaymentGate:
             x402_facilitator,
             payment_ids,
             sessions,
+            x402_options,
         )
         self.routes = self.core.prefixes
         self.terms, self.memos, self.replay = terms, memos, replay

@@ -32,7 +32,7 @@ from svcpay.schemes.session.server import SessionScheme
 from svcpay.schemes.subscription.server import Meter, Subscriptions, SubscriptionScheme
 from svcpay.schemes.svcpay_proof.server import ProofScheme
 from svcpay.schemes.x402_exact.idempotency import PaymentIdStore
-from svcpay.schemes.x402_exact.server import X402Facilitator, X402Server
+from svcpay.schemes.x402_exact.server import X402Facilitator, X402Options, X402Server
 
 __all__ = ["ADMIT", "Admit", "GateCore", "RawHeaders", "Reply", "Request", "under"]
 
@@ -52,6 +52,7 @@ class GateCore:
     x402_facilitator: X402Facilitator | None = None
     payment_ids: PaymentIdStore | None = None
     sessions: SessionScheme | None = None
+    x402_options: X402Options | None = None
     _prefixes: list[tuple[str, list[PricingEntry]]] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -78,6 +79,7 @@ class GateCore:
                 self.replay,
                 self.x402_facilitator,
                 payment_ids=self.payment_ids,
+                options=self.x402_options,
             )
 
     @property

@@ -46,6 +46,7 @@ from svcpay.protocol.verify import RemoteVerifier
 from svcpay.schemes.session.server import SessionScheme
 from svcpay.schemes.x402_exact.facilitator_client import X402Facilitator
 from svcpay.schemes.x402_exact.idempotency import PaymentIdStore
+from svcpay.schemes.x402_exact.server import X402Options
 
 __all__ = ["PaymentGateWSGI", "payment_gate_wsgi"]
 
@@ -77,6 +78,7 @@ class PaymentGateWSGI:
         x402_facilitator: X402Facilitator | None = None,
         payment_ids: PaymentIdStore | None = None,
         sessions: SessionScheme | None = None,
+        x402_options: X402Options | None = None,
     ) -> None:
         """`serves(scope)`: whether `app` has a route for the request's path and method (a
         WSGI app's routes cannot be read: without it every gated request is priced). The
@@ -96,6 +98,7 @@ class PaymentGateWSGI:
             x402_facilitator,
             payment_ids,
             sessions,
+            x402_options,
         )
         self.serves = serves
         self._lock = threading.Lock()

@@ -236,6 +236,17 @@ class X402Facilitator:
                     ),
                     network=request.network,
                 )
+            if not won and row["status"] != "settled" and row["scheme"] == SCHEME_X402:
+                # Another live request is sending it: not settled yet, and maybe never.
+                # A gate whose first settle got no answer reconciles on this (ADR 0027).
+                return SettleResponse(
+                    success=False,
+                    error_reason=Reason.SETTLEMENT_PENDING,
+                    error_message="another request is settling this transaction; ask again",
+                    payer=checked.payer,
+                    transaction=row["signature"],
+                    network=request.network,
+                )
             if not won:
                 raise Refused(
                     Reason.DUPLICATE_SETTLEMENT,

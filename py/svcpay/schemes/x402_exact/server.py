@@ -12,6 +12,16 @@ only when it answered below 400, replacing the response with a 402 when settling
 "before" settles first. The answer carries `PAYMENT-RESPONSE` (v1: `X-PAYMENT-RESPONSE`
 too). An unreachable facilitator is a 503 with Retry-After. With the `payment-identifier`
 extension, a resend of the same payload gets the stored response (`idempotency`).
+
+The facilitator is asked once per payment (docs/adr/0027): the gate checks the payment's
+transaction itself with `exact`'s SVM rules (`svm.check_payment`: layout, amounts,
+destination, fee-payer isolation, the client's signature) and only settles, since a
+facilitator's /settle re-verifies (x402 requires it; `X402Options.remote_verify` restores
+the /verify call for facilitators that want it). `settling.Guard` caps the payments waiting
+for the facilitator and stops asking one that keeps failing (503 with Retry-After before the
+handler runs); a settle that may have reached the facilitator but got no answer after the
+handler ran is recorded as pending, its response delivered with `X-Svc-Settlement:
+pending`, and reconciled later (`settling.Reconciler`).
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from solders.message import to_bytes_versioned
@@ -39,6 +50,14 @@ from svcpay.schemes.x402_exact.facilitator_client import (
     X402FacilitatorClient,
 )
 from svcpay.schemes.x402_exact.idempotency import PaymentIdStore, fingerprint, shared_with
+from svcpay.schemes.x402_exact.settling import (
+    Guard,
+    OnSettlement,
+    PendingSettlement,
+    PendingSettlements,
+    Reconciler,
+)
+from svcpay.schemes.x402_exact.settling import shared_with as pending_shared_with
 from svcpay.schemes.x402_exact.wire import (
     PAYMENT_IDENTIFIER,
     SCHEME,
@@ -55,11 +74,42 @@ from svcpay.schemes.x402_exact.wire import (
     v1_network,
 )
 
-__all__ = ["X402Facilitator", "X402FacilitatorClient", "X402Server", "check_x402_terms"]
+__all__ = [
+    "X402Facilitator",
+    "X402FacilitatorClient",
+    "X402Options",
+    "X402Server",
+    "check_x402_terms",
+]
 
 log = logging.getLogger("svcpay.gate.x402")
 RETRY_AFTER_SECS = 5
 CLAIM_MARGIN_SECS = 60
+
+
+@dataclass(frozen=True)
+class X402Options:
+    """How the gate works with its x402 facilitator (docs/adr/0027).
+
+    Args:
+        remote_verify: also call the facilitator's /verify before the handler runs (the
+            gate's own check always runs first); for facilitators whose /settle does not
+            re-verify, or that want to see every payment twice.
+        max_in_flight: payments admitted and not yet settled, at most; past it, 503.
+        trip_after: consecutive facilitator failures that open the breaker (503 at once,
+            for `retry_after` seconds, instead of running handlers that cannot be paid).
+        retry_after: the Retry-After of those 503s, in seconds.
+        pending: where settlements left without an answer wait to be reconciled (default:
+            beside the replay store, `settling.shared_with`).
+        on_settlement: told when a payment becomes pending and how each one ends.
+    """
+
+    remote_verify: bool = False
+    max_in_flight: int = 256
+    trip_after: int = 3
+    retry_after: int = RETRY_AFTER_SECS
+    pending: PendingSettlements | None = None
+    on_settlement: OnSettlement | None = None
 
 
 def check_x402_terms(terms: Terms) -> None:
@@ -108,6 +158,7 @@ class X402Server:
         facilitator: X402Facilitator | None = None,
         *,
         payment_ids: PaymentIdStore | None = None,
+        options: X402Options | None = None,
     ) -> None:
         check_x402_terms(terms)
         if facilitator is None:
@@ -119,6 +170,18 @@ class X402Server:
         self.network = caip2(terms.network)
         self.network_v1 = v1_network(terms.network)
         self._declaration = {PAYMENT_IDENTIFIER: payment_identifier_declaration()}
+        options = options or X402Options()
+        if options.max_in_flight < 1 or options.trip_after < 1 or options.retry_after < 1:
+            raise ValueError("X402Options: max_in_flight, trip_after, retry_after must be >= 1")
+        self.options = options
+        self.fee_payer = Pubkey.from_string(str(terms.fee_payer))
+        self.guard = Guard(options.max_in_flight, options.trip_after, options.retry_after)
+        self.pending = (
+            options.pending if options.pending is not None else pending_shared_with(replay)
+        )
+        self.reconciler = Reconciler(
+            self.pending, facilitator.settle, replay, on_settlement=options.on_settlement
+        )
 
     # -- terms ---------------------------------------------------------------------------
     def requirements(self, entry: OneTime, memo: str) -> dict[str, Any]:
@@ -207,23 +270,62 @@ class X402Server:
             await payment.abandon_id()
         return decision
 
-    async def settle(self, payment: _Payment) -> SettleResponse | Reply:
-        """Settles `payment` (already verified and claimed): its receipt, or the reply
-        that replaces the response when settling failed (the claim is released)."""
+    async def settle(
+        self, payment: _Payment, *, served: bool
+    ) -> SettleResponse | Reply | PendingSettlement:
+        """Settles `payment` (already checked and claimed): its receipt; the reply that
+        replaces the response when settling failed (the claim is released); or, when the
+        facilitator may have the payment but gave no answer, its pending record (the claim
+        is kept). `served`: whether the handler has run."""
         try:
             receipt = await self.facilitator.settle(
                 payment.version, payment.data, payment.requirements
             )
         except FacilitatorUnavailable as e:
+            self.guard.failed()
+            if e.maybe_sent:
+                return await self.park(payment, served, str(e))
             await payment.release()
-            return unavailable(e)
+            return self.unavailable(e)
+        self.guard.succeeded()
+        if receipt.error_reason == Reason.SETTLEMENT_PENDING:
+            return await self.park(payment, served, receipt.error_message or "not yet confirmed")
         if not receipt.success:
             await payment.release()
             why = receipt.error_message or receipt.error_reason or "the facilitator did not settle"
             reply = payment.refuse(receipt.error_reason or Reason.UNEXPECTED_SETTLE_ERROR, why)
             reply.headers.extend(self.receipt_headers(receipt, payment.version))
             return reply
+        payment.done()
         return receipt
+
+    async def park(self, payment: _Payment, served: bool, why: str) -> PendingSettlement:
+        """Records `payment` as pending (its settle may be under way at the facilitator)."""
+        assert payment.claim is not None
+        now = time.time()
+        entry = PendingSettlement(
+            payment.claim,
+            payment.version,
+            payment.data,
+            payment.requirements,
+            payment.request.resource,
+            now,
+            next_at=now + self.options.retry_after,
+        )
+        await self.pending.add(entry)
+        payment.done()
+        log.warning(
+            "x402 settle for %s got no answer (%s): %s; reconciling it later",
+            payment.request.resource,
+            why,
+            "its response is served" if served else "answering 503",
+        )
+        await self.reconciler.notify("pending", entry)
+        self.reconciler.poke()
+        return entry
+
+    def unavailable(self, error: FacilitatorUnavailable | str) -> Reply:
+        return unavailable(error, self.options.retry_after)
 
     @staticmethod
     def receipt_headers(receipt: SettleResponse, version: int) -> RawHeaders:
@@ -257,6 +359,7 @@ class _Payment:
         self.requirements: dict[str, Any] = {}
         self.entry: OneTime | None = None
         self.claim: str | None = None
+        self.counted = False  # in the guard's in-flight count
 
     def refuse(self, reason: str, message: str) -> Reply:
         return self.payment_required(self.request, self.pricing, "InvalidPayment", message, reason)
@@ -315,31 +418,67 @@ class _Payment:
             entry, memo = found
             self.requirements = server.requirements_v1(entry, memo, self.request)
         self.entry = entry
+        try:  # what the facilitator's /verify would check without the chain, here
+            svm.check_payment(
+                tx,
+                fee_payer=server.fee_payer,
+                asset=terms.token,
+                pay_to=str(terms.owner),
+                amount=entry.amount,
+                memo=memo,
+            )
+        except svm.Refusal as e:
+            return self.refuse(e.reason, e.message)
+        if (busy := server.guard.refuses()) is not None:
+            return server.unavailable(busy)
         key = "x402:" + hashlib.sha256(to_bytes_versioned(tx.message)).hexdigest()
         expires = int(time.time()) + server.memos.ttl_secs + CLAIM_MARGIN_SECS
         if not await server.replay.claim(key, expires):
             return self.refuse(Reason.DUPLICATE_SETTLEMENT, "this transaction was already used")
         self.claim = key
-        try:
-            verdict = await server.facilitator.verify(self.version, self.data, self.requirements)
-        except FacilitatorUnavailable as e:
-            await self.release()
-            return unavailable(e)
-        except BaseException:
-            await self.release()
-            raise
-        if not verdict.is_valid:
-            await self.release()
-            reason = verdict.invalid_reason or "invalid_payment"
-            return self.refuse(reason, verdict.invalid_message or reason)
+        server.guard.in_flight += 1
+        self.counted = True
+        if server.options.remote_verify:
+            try:
+                verdict = await server.facilitator.verify(
+                    self.version, self.data, self.requirements
+                )
+            except FacilitatorUnavailable as e:
+                server.guard.failed()
+                await self.release()
+                return server.unavailable(e)
+            except BaseException:
+                await self.release()
+                raise
+            server.guard.succeeded()
+            if not verdict.is_valid:
+                await self.release()
+                reason = verdict.invalid_reason or "invalid_payment"
+                return self.refuse(reason, verdict.invalid_message or reason)
         if entry.settle == "before":
-            receipt = await server.settle(self)
+            try:
+                receipt = await server.settle(self, served=False)
+            except BaseException:
+                await self.release()
+                raise
+            if isinstance(receipt, PendingSettlement):
+                return server.unavailable(
+                    "the payment was sent for settlement but not confirmed; it is being "
+                    "reconciled, so do not pay again yet"
+                )
             if isinstance(receipt, Reply):
                 return receipt
             return _Paid(self, receipt)
         return _Paid(self, None)
 
+    def done(self) -> None:
+        """No longer waiting for the facilitator (settled, or parked as pending)."""
+        if self.counted:
+            self.counted = False
+            self.server.guard.in_flight -= 1
+
     async def release(self) -> None:
+        self.done()
         if self.claim is not None:
             key, self.claim = self.claim, None
             await self.server.replay.release(key)
@@ -356,13 +495,14 @@ class _Payment:
 
 
 class _Paid(Admit):
-    """A verified payment whose handler runs: settles it (unless settled before) when the
+    """A checked payment whose handler runs: settles it (unless settled before) when the
     handler starts answering below 400, and adds the receipt to the response."""
 
     wants_start = True
 
     def __init__(self, payment: _Payment, receipt: SettleResponse | None) -> None:
         self.payment, self.receipt = payment, receipt
+        self.pending = False
         self.capture = payment.pid is not None
         self.sent: RawHeaders = []
 
@@ -371,9 +511,18 @@ class _Paid(Admit):
         if self.receipt is None:
             if status >= 400:  # not settled: the client keeps its money and its transaction
                 return []
-            result = await payment.server.settle(payment)
+            try:
+                result = await payment.server.settle(payment, served=True)
+            except BaseException:
+                await payment.release()
+                raise
             if isinstance(result, Reply):
                 return result
+            if isinstance(result, PendingSettlement):
+                self.pending = True
+                extra: RawHeaders = [(b"x-svc-settlement", b"pending")]
+                self.sent = [*headers, *extra]
+                return extra
             self.receipt = result
         extra = X402Server.receipt_headers(self.receipt, payment.version)
         self.sent = [*headers, *extra]
@@ -381,7 +530,7 @@ class _Paid(Admit):
 
     async def end(self, status: int | None, body: bytes | None) -> None:
         payment = self.payment
-        if self.receipt is None:  # the handler failed or settling did: nothing was paid
+        if self.receipt is None and not self.pending:  # the handler or settling failed
             await payment.release()
             await payment.abandon_id()
         elif status is not None and body is not None and self.sent:
@@ -390,15 +539,16 @@ class _Paid(Admit):
             await payment.abandon_id()
 
 
-def unavailable(error: FacilitatorUnavailable) -> Reply:
-    log.warning("x402 facilitator unavailable: %s", error)
+def unavailable(error: FacilitatorUnavailable | str, retry_after: int = RETRY_AFTER_SECS) -> Reply:
+    if isinstance(error, FacilitatorUnavailable):
+        log.warning("x402 facilitator unavailable: %s", error)
+        message = f"the payment facilitator cannot be reached ({error}); retry shortly"
+    else:
+        message = f"payments cannot be settled now ({error}); retry shortly"
     return Reply.json(
         503,
-        {
-            "error": "FacilitatorUnavailable",
-            "message": f"the payment facilitator cannot be reached ({error}); retry shortly",
-        },
-        [(b"retry-after", str(RETRY_AFTER_SECS).encode())],
+        {"error": "FacilitatorUnavailable", "message": message},
+        [(b"retry-after", str(retry_after).encode())],
     )
 
 

@@ -25,6 +25,7 @@ import base64
 import binascii
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 
 from solders.message import to_bytes_versioned
 from solders.pubkey import Pubkey
@@ -83,6 +84,7 @@ class Transfer:
     compute_unit_price: int  # micro-lamports per unit
 
 
+@lru_cache(maxsize=4096)  # a PDA search per payment otherwise; a gate has a few payTo
 def associated_token_address(owner: Pubkey, mint: Pubkey, token_program: Pubkey) -> Pubkey:
     """ATA(owner, mint) under `token_program` (Token or Token-2022)."""
     seeds = [bytes(owner), bytes(token_program), bytes(mint)]

@@ -2,15 +2,18 @@
 facilitator (the SDK's HTTPFacilitatorClient).
 
     sdk_server.py --port P --facilitator URL --pay-to WALLET --mint MINT --network CAIP2
-                  --price N [--host H]
+                  --price N [--host H] [--gc-freeze]
 
 GET /paid costs N base units of MINT, paid to WALLET's associated token account with the
 exact scheme; GET /free is free. Prints `x402-sdk server ready http://host:port`.
+`--gc-freeze` takes the loaded heap out of the garbage collector's sight before serving, as
+scripts/bench-gate's svcpay server does (docs/adr/0027), so both are measured alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 
 from common import serve
 from fastapi import FastAPI
@@ -51,8 +54,13 @@ def main() -> None:
     parser.add_argument("--mint", required=True)
     parser.add_argument("--network", required=True, help="CAIP-2 id")
     parser.add_argument("--price", type=int, required=True, help="in base units of the mint")
+    parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() before serving")
     args = parser.parse_args()
-    serve(create_app(args), args.host, args.port, "x402-sdk server")
+    app = create_app(args)
+    if args.gc_freeze:
+        gc.collect()
+        gc.freeze()
+    serve(app, args.host, args.port, "x402-sdk server")
 
 
 if __name__ == "__main__":

@@ -37,11 +37,10 @@ from svcpay.facilitator.store.settlements import INTERRUPTED
 from svcpay.program.client import BLOCKHASH_LIFETIME_SECS, BillingClient
 from svcpay.protocol.models import PaymentOption
 from svcpay.protocol.proof import PaymentProof
+from svcpay.protocol.settlement import SCHEME_SVCPAY
 from svcpay.schemes.svcpay_proof.facilitator import check_payment, decode_payment
 
 log = logging.getLogger("svcpay.facilitator")
-SCHEME_SVCPAY = "svcpay"  # settled by /authorize
-SCHEME_X402 = "x402-exact"  # settled by x402's /settle
 # A settlement still "sending" this long after it was stored has no live request on it (a
 # request waits at most 90 s for confirmation): recovery and x402 retries may take it over.
 ABANDONED_AFTER_SECS = 120
@@ -143,6 +142,30 @@ class Settler:
             self.settle_unregistered
             or await self.store.providers.resource_owner(pay_to) is not None
         )
+
+    async def landed_transaction(self, signature: str) -> VersionedTransaction | None:
+        sig = Signature.from_string(signature)  # ValueError for anything else
+        try:
+            reply = await self.rpc.get_transaction(
+                sig, encoding="base64", commitment=Confirmed, max_supported_transaction_version=0
+            )
+        except SolanaRpcException as e:
+            raise SettlementError(
+                "RpcUnavailable",
+                f"the RPC node is unreachable; send the same request again in {RETRY_AFTER_SECS} s",
+                503,
+            ) from e
+        found = reply.value
+        if found is None:
+            return None
+        meta = found.transaction.meta
+        if meta is None or meta.err is not None:
+            return None
+        tx = found.transaction.transaction
+        return tx if isinstance(tx, VersionedTransaction) else None
+
+    async def known(self, signature: str) -> bool:
+        return await self.store.settlements.get(signature) is not None
 
     def cosign(self, tx: VersionedTransaction) -> VersionedTransaction:
         """`tx` with the fee payer's signature in slot 0 (deterministic: ed25519), so one

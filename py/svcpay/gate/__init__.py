@@ -1,6 +1,6 @@
 """The payment gate: ASGI middleware (and a WSGI adapter) that answers 402 until a request is
-paid for. Names load on first use, so scheme modules can import `svcpay.gate.pricing`
-without pulling in the shells."""
+paid for. Names load on first use, so importing one does not pull in the shells (pricing
+lives in `svcpay.protocol.pricing`, below the gate and the schemes)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from svcpay.gate.asgi import PaymentGate, payment_gate
-    from svcpay.gate.pricing import OneTime, Session, Subscription, build_payment_required
     from svcpay.gate.wsgi import PaymentGateWSGI, payment_gate_wsgi
+    from svcpay.protocol.pricing import OneTime, Session, Subscription, build_payment_required
     from svcpay.schemes.x402_exact.server import X402Options
 
 _WHERE = {
     "PaymentGate": "svcpay.gate.asgi",
     "payment_gate": "svcpay.gate.asgi",
-    "OneTime": "svcpay.gate.pricing",
-    "Subscription": "svcpay.gate.pricing",
-    "Session": "svcpay.gate.pricing",
-    "build_payment_required": "svcpay.gate.pricing",
+    "OneTime": "svcpay.protocol.pricing",
+    "Subscription": "svcpay.protocol.pricing",
+    "Session": "svcpay.protocol.pricing",
+    "build_payment_required": "svcpay.protocol.pricing",
     "PaymentGateWSGI": "svcpay.gate.wsgi",
     "payment_gate_wsgi": "svcpay.gate.wsgi",
     "X402Options": "svcpay.schemes.x402_exact.server",

@@ -24,12 +24,12 @@ gated request (pass `serves=` for those).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Collection, MutableMapping
+from collections.abc import Awaitable, Callable, Collection, MutableMapping, Sequence
 from typing import Any
 
 from svcpay.gate.core import Admit, GateCore, Reply, Request
-from svcpay.gate.pricing import PricingEntry, Terms
 from svcpay.protocol.memo import Memos
+from svcpay.protocol.pricing import PricingEntry, Terms
 from svcpay.protocol.replay import ReplayStore
 from svcpay.protocol.verify import RemoteVerifier
 from svcpay.schemes.session.server import SessionScheme
@@ -67,6 +67,7 @@ class PaymentGate:
         payment_ids: PaymentIdStore | None = None,
         sessions: SessionScheme | None = None,
         x402_options: X402Options | None = None,
+        schemes: Sequence[str] | None = None,
     ) -> None:
         """`remote` (e.g. FacilitatorVerifier) replaces the offline signature check with
         the facilitator's POST /verify; memo and replay checks stay here. `serves(scope)`
@@ -83,7 +84,9 @@ class PaymentGate:
         `payment_ids` keeps the payment-identifier responses (default: beside `replay`,
         see `idempotency.shared_with`). `sessions` takes the vouchers of routes priced
         with `Session` (MPP's `Authorization: Payment`, docs/adr/0025; see
-        `svcpay.gate.chain.session_scheme`)."""
+        `svcpay.gate.chain.session_scheme`). `schemes` turns ways to pay on by name, of
+        `svcpay.gate.core.SCHEMES` ("mpp", "subscription", "x402", "svcpay"; default: all,
+        x402 when `terms.owner` is set)."""
         self.app = app
         self.core = GateCore(
             routes,
@@ -98,6 +101,7 @@ class PaymentGate:
             payment_ids,
             sessions,
             x402_options,
+            schemes,
         )
         self.routes = self.core.prefixes
         self.terms, self.memos, self.replay = terms, memos, replay

@@ -11,12 +11,12 @@ from solana.rpc.core import RPCException
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from svcpay.gate.pricing import Terms
 from svcpay.program.client import BillingClient, status_name
 from svcpay.program.generated.accounts.session import Session
 from svcpay.program.generated.types.session_status import Open
 from svcpay.program.session_client import Sessions
 from svcpay.protocol.mpp import ChallengeIssuer
+from svcpay.protocol.pricing import Terms
 from svcpay.rpc_errors import rpc_unreachable
 from svcpay.schemes.session.ledger import VoucherLedger
 from svcpay.schemes.session.server import (

@@ -31,7 +31,7 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator
+from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator, Sequence
 from http import HTTPStatus
 from types import TracebackType
 from typing import Any, TypeVar
@@ -39,8 +39,8 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from svcpay.gate.asgi import Meter, Scope, Subscriptions
 from svcpay.gate.core import ADMIT, Admit, GateCore, RawHeaders, Reply, Request
-from svcpay.gate.pricing import PricingEntry, Terms
 from svcpay.protocol.memo import Memos
+from svcpay.protocol.pricing import PricingEntry, Terms
 from svcpay.protocol.replay import ReplayStore
 from svcpay.protocol.verify import RemoteVerifier
 from svcpay.schemes.session.server import SessionScheme
@@ -79,6 +79,7 @@ class PaymentGateWSGI:
         payment_ids: PaymentIdStore | None = None,
         sessions: SessionScheme | None = None,
         x402_options: X402Options | None = None,
+        schemes: Sequence[str] | None = None,
     ) -> None:
         """`serves(scope)`: whether `app` has a route for the request's path and method (a
         WSGI app's routes cannot be read: without it every gated request is priced). The
@@ -99,6 +100,7 @@ class PaymentGateWSGI:
             payment_ids,
             sessions,
             x402_options,
+            schemes,
         )
         self.serves = serves
         self._lock = threading.Lock()

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
-    from svcpay.gate.pricing import PricingEntry
+    from svcpay.protocol.pricing import PricingEntry
 
 RawHeaders = list[tuple[bytes, bytes]]
 
@@ -82,3 +82,39 @@ PaymentRequiredFn = Callable[
     ["Request", "list[PricingEntry]", "str | None", str, "str | None"], Reply
 ]
 """The core's 402 builder: (request, pricing, svcpay error, message, x402 error) -> Reply."""
+
+
+@dataclass(slots=True)
+class Offer:
+    """A 402 being built, for each scheme to add its headers: the request, the route's
+    pricing, the one-time options with the memos svcpay's body issued for them (every wire
+    protocol binds its payment to the same memo), and why payment is asked."""
+
+    request: Request
+    pricing: list[PricingEntry]
+    memos: list[tuple[Any, str]]  # (OneTime, memo)
+    message: str
+    reason: str | None = None  # x402's reason string, when a payment was refused
+
+
+class GateScheme(Protocol):
+    """One way to pay, plugged into the gate's core (`svcpay.gate.core.GateCore`): the core
+    asks each registered scheme in turn whether it claims the request's credential, lets the
+    one that does admit it, and lets every scheme add its headers to a 402. Adding a wire
+    protocol is one module that implements this and one registration."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def headers(self) -> tuple[bytes, ...]:
+        """The request headers it reads (the core refuses oversized ones first)."""
+        ...
+
+    def claims(self, request: Request, pricing: list[PricingEntry]) -> bool: ...
+
+    async def admit(
+        self, request: Request, pricing: list[PricingEntry], payment_required: PaymentRequiredFn
+    ) -> Reply | Admit: ...
+
+    def offer(self, offer: Offer) -> RawHeaders: ...

@@ -29,8 +29,8 @@ from typing import Any, Protocol
 
 from solders.pubkey import Pubkey
 
-from svcpay.gate.pricing import PricingEntry, Session, Terms
 from svcpay.protocol import mpp
+from svcpay.protocol.pricing import PricingEntry, Session, Terms
 from svcpay.protocol.voucher import SignedVoucher, VoucherError
 from svcpay.schemes.decision import Admit, RawHeaders, Reply, Request
 from svcpay.schemes.session.ledger import VoucherLedger
@@ -151,6 +151,15 @@ class SessionScheme:
         return self.issuer.issue_encoded(
             METHOD, INTENT, self._encoded(entry), expires=expires, description=entry.description
         )
+
+    # -- as an intent of the Payment scheme (svcpay.schemes.payment_auth) -------------------
+    method, intent = METHOD, INTENT
+
+    def serves(self, pricing: list[PricingEntry]) -> bool:
+        return any(isinstance(e, Session) for e in pricing)
+
+    def challenges(self, pricing: list[PricingEntry]) -> RawHeaders:
+        return self.headers(pricing)
 
     def headers(self, pricing: list[PricingEntry]) -> RawHeaders:
         return [

@@ -13,8 +13,16 @@ from typing import Protocol
 
 from solders.pubkey import Pubkey
 
-from svcpay.gate.pricing import PricingEntry, Subscription
-from svcpay.schemes.decision import ADMIT, Admit, PaymentRequiredFn, Reply, Request
+from svcpay.protocol.pricing import PricingEntry, Subscription
+from svcpay.schemes.decision import (
+    ADMIT,
+    Admit,
+    Offer,
+    PaymentRequiredFn,
+    RawHeaders,
+    Reply,
+    Request,
+)
 
 log = logging.getLogger("svcpay.gate")
 
@@ -62,19 +70,29 @@ class Meter(Protocol):
 
 
 class SubscriptionScheme:
+    """`X-Svc-Sub` on routes priced with `Subscription` (a `GateScheme`)."""
+
+    name = "subscription"
+    headers = (b"x-svc-sub",)
+
     def __init__(self, subscriptions: Subscriptions | None, meter: Meter | None) -> None:
         self.subscriptions, self.meter = subscriptions, meter
         self.inflight: dict[str, int] = {}  # metered usage of requests being served
+
+    def claims(self, request: Request, pricing: list[PricingEntry]) -> bool:
+        return b"x-svc-sub" in request.headers and any(isinstance(e, Subscription) for e in pricing)
+
+    def offer(self, offer: Offer) -> RawHeaders:
+        return []  # svcpay's 402 body lists the plans
 
     async def admit(
         self,
         request: Request,
         pricing: list[PricingEntry],
-        header: bytes,
         payment_required: PaymentRequiredFn,
     ) -> Reply | Admit:
         assert self.subscriptions is not None
-        sub_id = header.decode("latin-1").strip()
+        sub_id = request.headers[b"x-svc-sub"].decode("latin-1").strip()
         try:
             Pubkey.from_string(sub_id)
         except ValueError:

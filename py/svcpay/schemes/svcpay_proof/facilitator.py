@@ -23,9 +23,9 @@ from solders.message import to_bytes_versioned
 from solders.pubkey import Pubkey
 from solders.transaction import VersionedTransaction
 
-from svcpay.facilitator.errors import SettlementError
 from svcpay.protocol.models import PaymentOption
 from svcpay.protocol.programs import COMPUTE_BUDGET, MEMO_PROGRAM, TOKEN_PROGRAM, TRANSFER_CHECKED
+from svcpay.protocol.settlement import SettlementError
 
 # What a payment may cost the facilitator: one signature's fee (the client's signature is
 # the only other one) plus at most MAX_COMPUTE_UNIT_LIMIT * MAX_COMPUTE_UNIT_PRICE / 10^6

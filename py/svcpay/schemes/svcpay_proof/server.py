@@ -4,17 +4,23 @@ handler runs (racing copies cannot both be served) and released when the handler
 
 from __future__ import annotations
 
-from svcpay.gate.pricing import OneTime, PricingEntry, Terms
 from svcpay.protocol.headers import SCHEME_EXACT
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.models import PaymentOption, ProtocolError
+from svcpay.protocol.pricing import OneTime, PricingEntry, Terms
 from svcpay.protocol.proof import parse_payment_proof
 from svcpay.protocol.replay import ReplayStore
 from svcpay.protocol.verify import RemoteVerifier, verify_payment_proof_reason
-from svcpay.schemes.decision import Admit, PaymentRequiredFn, Reply, Request
+from svcpay.schemes.decision import Admit, Offer, PaymentRequiredFn, RawHeaders, Reply, Request
 
 
 class ProofScheme:
+    """svcpay's own dialect: a facilitator's signed proof in `X-PAYMENT` (a `GateScheme`;
+    registered after x402, which claims the `X-PAYMENT` values that are x402 payloads)."""
+
+    name = "svcpay"
+    headers = (b"x-payment",)
+
     def __init__(
         self,
         terms: Terms,
@@ -27,13 +33,19 @@ class ProofScheme:
         self.replay, self.remote = replay, remote
         self._options: dict[OneTime, PaymentOption] = {}
 
+    def claims(self, request: Request, pricing: list[PricingEntry]) -> bool:
+        return b"x-payment" in request.headers and any(isinstance(e, OneTime) for e in pricing)
+
+    def offer(self, offer: Offer) -> RawHeaders:
+        return []  # svcpay's terms are the 402's body, which the core builds
+
     async def admit(
         self,
         request: Request,
         pricing: list[PricingEntry],
-        header: bytes,
         payment_required: PaymentRequiredFn,
     ) -> Reply | Admit:
+        header = request.headers[b"x-payment"]
         entry = next(e for e in pricing if isinstance(e, OneTime))
         try:
             proof = parse_payment_proof(header)

@@ -1,6 +1,7 @@
 """x402's facilitator side of `exact` on Solana, versions 1 and 2: `/supported`, `/verify`
-and `/settle` answers, over svcpay's Settler (its policy and its durable send-and-confirm
-path, `svcpay.facilitator.settlement`).
+and `/settle` answers, over svcpay's settlement engine (its policy and its durable
+send-and-confirm path: `svcpay.protocol.settlement.SettlementEngine`, which the facilitator's
+Settler implements).
 
 A request is `{x402Version, paymentPayload, paymentRequirements}`. A body that is not that
 shape, or requirements that are not well-formed, is the resource server's error: `BadRequest`
@@ -20,9 +21,8 @@ from typing import Any, Literal
 from pydantic import ValidationError
 from solders.transaction import VersionedTransaction
 
-from svcpay.facilitator.errors import SettlementError
-from svcpay.facilitator.settlement import SCHEME_X402, Settler
 from svcpay.protocol.models import ProtocolError
+from svcpay.protocol.settlement import SCHEME_X402, SettlementEngine, SettlementError
 from svcpay.schemes.x402_exact import svm
 from svcpay.schemes.x402_exact.wire import (
     SCHEME,
@@ -155,7 +155,7 @@ def parse_request(body: dict[str, Any]) -> Request:
 class X402Facilitator:
     """`exact` on this facilitator's network, settled through `settler`."""
 
-    def __init__(self, settler: Settler, network: str) -> None:
+    def __init__(self, settler: SettlementEngine, network: str) -> None:
         self.settler, self.network = settler, network
         self.fee_payer = settler.fee_payer.pubkey()
 
@@ -185,7 +185,7 @@ class X402Facilitator:
             if not await self.settler.registered(str(checked.transfer.destination)):
                 raise self._unregistered(checked)
             key = str(checked.signed.signatures[0])
-            if await self.settler.store.settlements.get(key) is not None:
+            if await self.settler.known(key):
                 raise Refused(
                     Reason.DUPLICATE_SETTLEMENT, "this transaction was settled", checked.payer
                 )

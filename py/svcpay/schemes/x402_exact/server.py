@@ -26,7 +26,10 @@ pending`, and reconciled later (`settling.Reconciler`).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -37,12 +40,12 @@ from solders.pubkey import Pubkey
 from spl.token.constants import TOKEN_2022_PROGRAM_ID, TOKEN_PROGRAM_ID
 from spl.token.instructions import get_associated_token_address
 
-from svcpay.gate.pricing import OneTime, PricingEntry, Terms
 from svcpay.protocol.memo import Memos, MemoTerms
 from svcpay.protocol.models import ProtocolError
+from svcpay.protocol.pricing import OneTime, PricingEntry, Terms
 from svcpay.protocol.programs import MEMO_PROGRAM
 from svcpay.protocol.replay import ReplayStore
-from svcpay.schemes.decision import Admit, PaymentRequiredFn, RawHeaders, Reply, Request
+from svcpay.schemes.decision import Admit, Offer, PaymentRequiredFn, RawHeaders, Reply, Request
 from svcpay.schemes.x402_exact import svm
 from svcpay.schemes.x402_exact.facilitator_client import (
     FacilitatorUnavailable,
@@ -146,9 +149,12 @@ def check_x402_terms(terms: Terms) -> None:
 
 
 class X402Server:
-    """x402 on one gate. `facilitator` defaults to an `X402FacilitatorClient` of
-    `Terms.facilitator`; `payment_ids` to a store beside `replay`'s
-    (`idempotency.shared_with`)."""
+    """x402 on one gate (a `GateScheme`). `facilitator` defaults to an
+    `X402FacilitatorClient` of `Terms.facilitator`; `payment_ids` to a store beside
+    `replay`'s (`idempotency.shared_with`)."""
+
+    name = "x402"
+    headers = (b"payment-signature", b"x-payment")
 
     def __init__(
         self,
@@ -234,8 +240,42 @@ class X402Server:
         value = encode_header(self.payment_required(request, memos, error))
         return [(b"payment-required", value.encode()), (b"cache-control", b"no-store")]
 
+    def offer(self, offer: Offer) -> RawHeaders:
+        return self.payment_required_headers(
+            offer.request, offer.memos, offer.reason or offer.message
+        )
+
     # -- a payment -----------------------------------------------------------------------
+    def claims(self, request: Request, pricing: list[PricingEntry]) -> bool:
+        """`PAYMENT-SIGNATURE`, or an `X-PAYMENT` that is an x402 payload, on a route with a
+        one-time price."""
+        if not any(isinstance(e, OneTime) for e in pricing):
+            return False
+        if b"payment-signature" in request.headers:
+            return True
+        pay = request.headers.get(b"x-payment")
+        return pay is not None and x402_version(pay) is not None
+
     async def admit(
+        self, request: Request, pricing: list[PricingEntry], payment_required: PaymentRequiredFn
+    ) -> Reply | Admit:
+        signature = request.headers.get(b"payment-signature")
+        if signature is not None:
+            return await self.admit_payment(request, pricing, signature, 2, payment_required)
+        pay = request.headers[b"x-payment"]
+        version = x402_version(pay)
+        if version != 1:
+            return Reply.json(
+                400,
+                {
+                    "error": "InvalidPaymentHeader",
+                    "message": f"X-PAYMENT carries x402 version {version}; send version 2 in "
+                    "PAYMENT-SIGNATURE",
+                },
+            )
+        return await self.admit_payment(request, pricing, pay, 1, payment_required)
+
+    async def admit_payment(
         self,
         request: Request,
         pricing: list[PricingEntry],
@@ -550,6 +590,23 @@ def unavailable(error: FacilitatorUnavailable | str, retry_after: int = RETRY_AF
         {"error": "FacilitatorUnavailable", "message": message},
         [(b"retry-after", str(retry_after).encode())],
     )
+
+
+def x402_version(header: bytes) -> int | None:
+    """`x402Version` of an `X-PAYMENT` value that is an x402 payload (base64 of a JSON object
+    with that key), None for anything else (svcpay's proof, or garbage its parser names)."""
+    try:
+        raw = base64.b64decode(header.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if b'"x402Version"' not in raw:  # cheap: svcpay proofs never carry the key
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    version = data.get("x402Version") if isinstance(data, dict) else None
+    return version if isinstance(version, int) and not isinstance(version, bool) else -1
 
 
 def _mismatch(expected: dict[str, Any], accepted: dict[str, Any]) -> str | None:

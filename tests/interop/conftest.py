@@ -292,11 +292,15 @@ class PayKit:
         env = {"PAY_KIT_MPP_CHALLENGE_BINDING_SECRET": "svcpay-interop-" + "0" * 32}
         return self.processes.start("pay-kit server", argv, "pay-kit server ready", env)
 
-    def pay(self, url: str, market: Market, *, replay: bool = False) -> dict[str, object]:
-        """pay-kit's PayKitClient GETs `url` as `market`'s buyer: its JSON report."""
+    def pay(
+        self, url: str, market: Market, *, replay: bool = False, accept: str = "mpp,x402"
+    ) -> dict[str, object]:
+        """pay-kit's PayKitClient GETs `url` as `market`'s buyer (paying with the protocols
+        in `accept`): its JSON report."""
         argv = [
             self.python, str(PAY_KIT_PROGRAMS / "pk_client.py"), url,
             "--keypair", str(market.buyer_file), "--rpc", self.rpc, "--mint", str(market.mint),
+            "--accept", accept,
         ]  # fmt: skip
         done = subprocess.run(
             argv + (["--replay"] if replay else []), capture_output=True, text=True, timeout=120

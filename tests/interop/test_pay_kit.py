@@ -24,17 +24,42 @@ from tests.support.billing import USDC, Billing
 from tests.support.chain import Chain
 
 
-def test_the_pay_kit_client_pays_the_example_api(
+def test_the_pay_kit_client_pays_the_example_api_with_mpp(
     pay_kit: PayKit, svcpay: Svcpay, market: Market, billing: Billing, chain: Chain
 ) -> None:
-    """PayKitClient against py/svcpay/examples/resource_server.py (x402 v2 from the gate's
-    PAYMENT-REQUIRED, settled through svcpay's facilitator): paid once, a replay refused."""
+    """PayKitClient against py/svcpay/examples/resource_server.py: it prefers MPP, so it pays
+    the gate's `solana`/`charge` challenge (a transaction the facilitator co-signs): 200
+    with a Payment-Receipt naming the transaction, paid once, a replay refused."""
     metered = billing.plan(amount=USDC, mint=market.mint)
     facilitator = svcpay.facilitator(market.fee_payer)
     api = svcpay.resource_server(facilitator, market, metered)
     before = balances(chain, market)
 
     report = pay_kit.pay(f"{api}/v1/data", market, replay=True)
+
+    assert report["status"] == 200, report
+    assert report["body"] == {"data": "the data", "paidWith": "mpp"}, report
+    assert "authorization" in report["paymentHeaders"], report  # type: ignore[operator]
+    receipt = report["paymentReceipt"]
+    assert isinstance(receipt, dict) and receipt["status"] == "success", report
+    assert receipt["method"] == "solana" and len(receipt["reference"]) > 80, receipt
+    assert balances(chain, market) == (before[0] - DATA_PRICE, before[1] + DATA_PRICE)
+    replay = report["replay"]
+    assert replay["status"] == 402, replay  # type: ignore[index]
+    assert balances(chain, market) == (before[0] - DATA_PRICE, before[1] + DATA_PRICE)
+
+
+def test_the_pay_kit_client_pays_the_example_api_with_x402(
+    pay_kit: PayKit, svcpay: Svcpay, market: Market, billing: Billing, chain: Chain
+) -> None:
+    """PayKitClient told to pay with x402 only (x402 v2 from the gate's PAYMENT-REQUIRED,
+    settled through svcpay's facilitator): paid once, a replay refused."""
+    metered = billing.plan(amount=USDC, mint=market.mint)
+    facilitator = svcpay.facilitator(market.fee_payer)
+    api = svcpay.resource_server(facilitator, market, metered)
+    before = balances(chain, market)
+
+    report = pay_kit.pay(f"{api}/v1/data", market, replay=True, accept="x402")
 
     assert report["status"] == 200, report
     assert report["body"]["data"] == "the data", report  # type: ignore[index]

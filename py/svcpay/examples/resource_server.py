@@ -179,7 +179,11 @@ async def health() -> dict[str, str]:
 
 
 @router.get("/v1/data")
-async def data(x_payment: PaymentHeader = None) -> dict[str, str]:
+async def data(
+    x_payment: PaymentHeader = None, authorization: Annotated[str | None, Header()] = None
+) -> dict[str, str]:
+    if authorization is not None and authorization.lower().startswith("payment "):
+        return {"data": "the data", "paidWith": "mpp"}  # its receipt: Payment-Receipt
     try:
         proof = parse_payment_proof(x_payment or "")  # already verified (and claimed)
     except ProtocolError:  # paid with x402: its settlement goes out in PAYMENT-RESPONSE

@@ -208,6 +208,23 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
         outcome = await fac.x402.settle(x402_request(await json_body(request)))
         return JSONResponse(outcome.to_json_dict())
 
+    async def mpp_charge_settle(request: Request) -> Response:
+        """MPP Solana `charge`, pulled: check, co-sign, send, confirm (HTTP 200 for every
+        payment, `ChargeAnswer`)."""
+        try:
+            answer = await fac.mpp_charge.settle(await json_body(request))
+        except ProtocolError as e:
+            raise BadRequest(e.reason) from e
+        return JSONResponse(answer.to_json_dict())
+
+    async def mpp_charge_verify(request: Request) -> Response:
+        """MPP Solana `charge`, pushed: find the payer's transaction, check, record once."""
+        try:
+            answer = await fac.mpp_charge.verify(await json_body(request))
+        except ProtocolError as e:
+            raise BadRequest(e.reason) from e
+        return JSONResponse(answer.to_json_dict())
+
     async def supported(request: Request) -> Response:
         """x402's SupportedResponse, with svcpay's own fields beside it."""
         return JSONResponse(
@@ -353,6 +370,8 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
             Route("/authorize", guarded(authorize), methods=["POST"]),
             Route("/verify", guarded(verify), methods=["POST"]),
             Route("/settle", guarded(settle), methods=["POST"]),
+            Route("/mpp/charge/settle", guarded(mpp_charge_settle), methods=["POST"]),
+            Route("/mpp/charge/verify", guarded(mpp_charge_verify), methods=["POST"]),
             Route("/supported", guarded(supported)),
             Route("/health", guarded(health)),
             Route("/openapi.json", guarded(openapi)),

@@ -18,6 +18,7 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from svcpay.facilitator import answers as a
 from svcpay.facilitator import models as m
 from svcpay.facilitator.models import MAX_BODY
+from svcpay.schemes.mpp_charge.wire import ChargeAnswer, SettleCharge, VerifyCharge
 from svcpay.schemes.x402_exact.facilitator import RequestV1, RequestV2
 from svcpay.schemes.x402_exact.wire import (
     PaymentPayload,
@@ -106,6 +107,9 @@ MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (m.UsageRequest, "validation"),
     (m.SessionVouchersRequest, "validation"),
     (m.WebhookRequest, "validation"),
+    (SettleCharge, "validation"),
+    (VerifyCharge, "validation"),
+    (ChargeAnswer, "serialization"),
     (a.Error, "serialization"),
     (a.Verdict, "serialization"),
     (a.UsageResult, "serialization"),
@@ -251,6 +255,41 @@ def _public_paths() -> Schema:
                         ref("X402SettleResponse"),
                     ),
                     **x402_errors,
+                },
+            }
+        },
+        "/mpp/charge/settle": {
+            "post": {
+                "operationId": "mppChargeSettle",
+                "tags": ["payments"],
+                "summary": "Settle a pulled MPP Solana `charge` (the payer signed it)",
+                "description": "Checks the transaction against the charge request (one "
+                "TransferChecked of the amount to ATA(recipient), the externalId memo, compute "
+                "budget bounds, this facilitator as fee payer and nothing else), co-signs, "
+                "simulates, sends and confirms, once per transaction whichever protocol "
+                "brings it.",
+                "requestBody": body(SettleCharge, "the charge request and the transaction"),
+                "responses": {
+                    "200": ok(
+                        "the outcome: success and reference, or problem", model(ChargeAnswer)
+                    ),
+                    **BODY_ERRORS,
+                },
+            }
+        },
+        "/mpp/charge/verify": {
+            "post": {
+                "operationId": "mppChargeVerify",
+                "tags": ["payments"],
+                "summary": "Record an MPP Solana `charge` the payer sent itself (push)",
+                "description": "Finds the transaction at `confirmed`, checks it as /mpp/charge/"
+                "settle does (without a fee payer), and records it once: a signature pays once.",
+                "requestBody": body(VerifyCharge, "the charge request and the signature"),
+                "responses": {
+                    "200": ok(
+                        "the outcome: success and reference, or problem", model(ChargeAnswer)
+                    ),
+                    **BODY_ERRORS,
                 },
             }
         },

@@ -32,6 +32,7 @@ from svcpay.facilitator.store import Store
 from svcpay.facilitator.usage import UsageReporter
 from svcpay.facilitator.webhooks import Deliverer, host_of
 from svcpay.program.client import BillingClient
+from svcpay.schemes.mpp_charge.facilitator import ChargeFacilitator
 from svcpay.schemes.x402_exact.facilitator import X402Facilitator
 
 log = logging.getLogger("svcpay.facilitator")
@@ -61,6 +62,7 @@ class Facilitator:
             rate_limit=RateLimit(config.settle_rate_per_sec, config.settle_burst),
         )
         self.x402 = X402Facilitator(self.settler, config.network)
+        self.mpp_charge = ChargeFacilitator(self.settler)
         self.usage = UsageReporter(self.store, self.billing, self.keypair)
         self.sessions = SessionRedeemer(
             self.store,

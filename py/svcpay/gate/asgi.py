@@ -32,6 +32,7 @@ from svcpay.protocol.memo import Memos
 from svcpay.protocol.pricing import PricingEntry, Terms
 from svcpay.protocol.replay import ReplayStore
 from svcpay.protocol.verify import RemoteVerifier
+from svcpay.schemes.mpp_charge.facilitator_client import ChargeSettler
 from svcpay.schemes.session.server import SessionScheme
 from svcpay.schemes.subscription.server import Meter, Subscriptions, SubscriptionView
 from svcpay.schemes.x402_exact.facilitator_client import X402Facilitator
@@ -68,6 +69,7 @@ class PaymentGate:
         sessions: SessionScheme | None = None,
         x402_options: X402Options | None = None,
         schemes: Sequence[str] | None = None,
+        mpp_facilitator: ChargeSettler | None = None,
     ) -> None:
         """`remote` (e.g. FacilitatorVerifier) replaces the offline signature check with
         the facilitator's POST /verify; memo and replay checks stay here. `serves(scope)`
@@ -102,6 +104,7 @@ class PaymentGate:
             sessions,
             x402_options,
             schemes,
+            mpp_facilitator,
         )
         self.routes = self.core.prefixes
         self.terms, self.memos, self.replay = terms, memos, replay

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
+from svcpay.protocol import mpp
 from svcpay.protocol.headers import MAX_HEADER_BYTES
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.pricing import (
@@ -26,12 +27,15 @@ from svcpay.protocol.pricing import (
 from svcpay.protocol.replay import ReplayStore
 from svcpay.protocol.verify import RemoteVerifier
 from svcpay.schemes.decision import ADMIT, Admit, GateScheme, Offer, RawHeaders, Reply, Request
+from svcpay.schemes.mpp_charge.facilitator_client import ChargeFacilitatorClient, ChargeSettler
+from svcpay.schemes.mpp_charge.server import ChargeIntent
 from svcpay.schemes.payment_auth import Intent, PaymentAuthScheme
 from svcpay.schemes.session.server import SessionScheme
 from svcpay.schemes.subscription.server import Meter, Subscriptions, SubscriptionScheme
 from svcpay.schemes.svcpay_proof.server import ProofScheme
 from svcpay.schemes.x402_exact.idempotency import PaymentIdStore
 from svcpay.schemes.x402_exact.server import X402Facilitator, X402Options, X402Server
+from svcpay.schemes.x402_exact.settling import Guard
 
 __all__ = ["ADMIT", "SCHEMES", "Admit", "GateCore", "RawHeaders", "Reply", "Request", "under"]
 
@@ -58,6 +62,7 @@ class GateCore:
     sessions: SessionScheme | None = None
     x402_options: X402Options | None = None
     schemes: Sequence[str] | None = None
+    mpp_facilitator: ChargeSettler | None = None
     _prefixes: list[tuple[str, list[PricingEntry]]] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -92,6 +97,20 @@ class GateCore:
                 options=self.x402_options,
             )
         intents: list[Intent] = [self.sessions] if self.sessions is not None else []
+        self.charge: ChargeIntent | None = None
+        settler = self.mpp_facilitator
+        if settler is None and self.terms.facilitator is not None:
+            settler = ChargeFacilitatorClient(self.terms.facilitator)
+        if (
+            "mpp" in wanted
+            and settler is not None
+            and self.terms.owner is not None
+            and self.terms.fee_payer is not None
+        ):
+            guard = self.x402.guard if self.x402 is not None else Guard()
+            issuer = mpp.ChallengeIssuer(self.memos.derive(b"svcpay mpp challenges"), "svcpay")
+            self.charge = ChargeIntent(self.terms, self.memos, issuer, self.replay, settler, guard)
+            intents.append(self.charge)
         self.payment_auth = PaymentAuthScheme(intents)
         available: dict[str, GateScheme | None] = {
             "mpp": self.payment_auth,
@@ -146,7 +165,7 @@ class GateCore:
         each."""
         offered = [e for e in pricing if not isinstance(e, Session)]
         if not offered:
-            return self.payment_auth.refuse(pricing, "payment-required", message)
+            return self.payment_auth.refuse(request, pricing, "payment-required", message)
         body = build_payment_required(
             request.resource, pricing, self.terms, self.memos, error, message
         )

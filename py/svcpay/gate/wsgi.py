@@ -43,6 +43,7 @@ from svcpay.protocol.memo import Memos
 from svcpay.protocol.pricing import PricingEntry, Terms
 from svcpay.protocol.replay import ReplayStore
 from svcpay.protocol.verify import RemoteVerifier
+from svcpay.schemes.mpp_charge.facilitator_client import ChargeSettler
 from svcpay.schemes.session.server import SessionScheme
 from svcpay.schemes.x402_exact.facilitator_client import X402Facilitator
 from svcpay.schemes.x402_exact.idempotency import PaymentIdStore
@@ -80,6 +81,7 @@ class PaymentGateWSGI:
         sessions: SessionScheme | None = None,
         x402_options: X402Options | None = None,
         schemes: Sequence[str] | None = None,
+        mpp_facilitator: ChargeSettler | None = None,
     ) -> None:
         """`serves(scope)`: whether `app` has a route for the request's path and method (a
         WSGI app's routes cannot be read: without it every gated request is priced). The
@@ -101,6 +103,7 @@ class PaymentGateWSGI:
             sessions,
             x402_options,
             schemes,
+            mpp_facilitator,
         )
         self.serves = serves
         self._lock = threading.Lock()

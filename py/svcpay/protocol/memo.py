@@ -32,6 +32,11 @@ class Memos:
         self._secret = secret
         self.ttl_secs = ttl_secs
 
+    def derive(self, purpose: bytes) -> bytes:
+        """A key for another use (MPP's challenge ids), from this secret: processes that
+        share the memo secret share it too."""
+        return hmac.new(self._secret, purpose, hashlib.sha256).digest()
+
     def _mac(self, nonce: bytes, expires_at: int, terms: MemoTerms) -> bytes:
         msg = b"\0".join(
             [

@@ -1,13 +1,15 @@
 """solana-foundation's pay-kit paying client (`PayKitClient`, x402 and MPP), as an agent uses
 it, against one URL.
 
-    pk_client.py URL --keypair FILE --rpc URL --mint MINT [--replay]
+    pk_client.py URL --keypair FILE --rpc URL --mint MINT [--accept mpp,x402] [--replay]
 
 pay-kit names the local validator `localnet` and advertises it with devnet's CAIP-2 id, as
 svcpay's services are told to here. GETs URL (pay-kit pays a 402 it accepts, building its
 transaction with the given RPC) and prints one JSON object, the report of
 ../x402_sdk/sdk_client.py: `status`, `paymentResponse` (PAYMENT-RESPONSE decoded, or null),
-`body`, `paymentHeaders` (what pay-kit sent to pay); with `--replay`, the same payment
+`paymentReceipt` (MPP's Payment-Receipt decoded, or null), `body`, `paymentHeaders` (what
+pay-kit sent to pay); `--accept` restricts the protocols it may pay with (default both, MPP
+first, as pay-kit prefers); with `--replay`, the same payment
 headers sent again without pay-kit, in `replay`. A payment pay-kit refuses exits 1 with
 `{"error": ...}`.
 """
@@ -49,11 +51,19 @@ class Recording(httpx.AsyncBaseTransport):
 def outcome(reply: httpx.Response) -> dict[str, Any]:
     header = reply.headers.get("payment-response") or reply.headers.get("x-payment-response")
     settled = json.loads(base64.b64decode(header)) if header else None
+    receipt = reply.headers.get("payment-receipt")
+    if receipt:  # base64url without padding
+        receipt = json.loads(base64.urlsafe_b64decode(receipt + "=" * (-len(receipt) % 4)))
     try:
         body: Any = reply.json()
     except ValueError:
         body = reply.text
-    return {"status": reply.status_code, "paymentResponse": settled, "body": body}
+    return {
+        "status": reply.status_code,
+        "paymentResponse": settled,
+        "paymentReceipt": receipt or None,
+        "body": body,
+    }
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -72,6 +82,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         .rpc(rpc)
         .network("localnet")
         .permissions(permissions)
+        .accept(args.accept.split(","))
         .base_transport(recording)
         .httpx_options(timeout=60)
         .build()
@@ -97,6 +108,7 @@ def main() -> int:
     parser.add_argument("--keypair", required=True, help="the payer's keypair file")
     parser.add_argument("--rpc", required=True, help="the cluster's JSON-RPC URL")
     parser.add_argument("--mint", required=True, help="the token pay-kit may pay in")
+    parser.add_argument("--accept", default="mpp,x402", help="protocols pay-kit may pay with")
     parser.add_argument("--replay", action="store_true", help="then replay the payment")
     args = parser.parse_args()
     try:

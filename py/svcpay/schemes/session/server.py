@@ -158,7 +158,7 @@ class SessionScheme:
     def serves(self, pricing: list[PricingEntry]) -> bool:
         return any(isinstance(e, Session) for e in pricing)
 
-    def challenges(self, pricing: list[PricingEntry]) -> RawHeaders:
+    def challenges(self, request: Request, pricing: list[PricingEntry]) -> RawHeaders:
         return self.headers(pricing)
 
     def headers(self, pricing: list[PricingEntry]) -> RawHeaders:

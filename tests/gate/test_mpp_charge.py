@@ -1,0 +1,290 @@
+"""MPP Solana `charge` on the gate (issue 24, ADR 0029), on the local validator with svcpay's
+real facilitator: the 402's `WWW-Authenticate: Payment` challenges, a pulled transaction
+(built as pay-kit's client builds it: price, limit, TransferChecked, memo) settled once with a
+`Payment-Receipt`, a pushed one recorded once, and every refusal a 402 problem with fresh
+challenges that never reaches the chain."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from solders.compute_budget import set_compute_unit_limit, set_compute_unit_price
+from solders.instruction import Instruction
+from solders.keypair import Keypair
+from solders.message import MessageV0, to_bytes_versioned
+from solders.pubkey import Pubkey
+from solders.signature import Signature
+from solders.transaction import VersionedTransaction
+from spl.token.constants import TOKEN_PROGRAM_ID
+from spl.token.instructions import get_associated_token_address, transfer_checked
+from spl.token.models import TransferCheckedParams
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from svcpay.gate import OneTime, payment_gate
+from svcpay.gate.pricing import Terms
+from svcpay.localnet.process import Localnet
+from svcpay.protocol import mpp
+from svcpay.protocol.memo import Memos
+from svcpay.protocol.replay import MemoryReplayStore
+from svcpay.schemes.mpp_charge.facilitator_client import ChargeFacilitatorClient
+from svcpay.schemes.payment_auth import accepted
+from tests.facilitator.test_x402 import Market, open_market
+from tests.support.billing import USDC
+from tests.support.chain import Chain
+from tests.support.x402_tx import MEMO_PROGRAM
+
+pytestmark = pytest.mark.anyio
+PRICE = USDC // 4
+
+
+@dataclass
+class Shop:
+    market: Market
+    http: httpx.AsyncClient
+    handled: list[str]
+
+    @property
+    def chain(self) -> Chain:
+        return self.market.chain
+
+
+def api(handled: list[str]) -> Starlette:
+    async def data(request: Request) -> JSONResponse:
+        handled.append(request.url.path)
+        if request.url.path == "/v1/fail":
+            return JSONResponse({"error": "down"}, status_code=500)
+        return JSONResponse({"data": 42})
+
+    return Starlette(routes=[Route(p, data) for p in ("/v1/data", "/v1/fail", "/v1/before")])
+
+
+@pytest.fixture
+async def shop(validator: Localnet, chain: Chain) -> AsyncIterator[Shop]:
+    async with open_market(validator, chain) as market:
+        handled: list[str] = []
+        terms = Terms(
+            pay_to=str(market.ata),
+            token=str(market.mint),
+            owner=str(market.merchant),
+            fee_payer=market.fac.key,
+        )
+        gate = payment_gate(
+            api(handled),
+            pricing={
+                "/v1/data": [OneTime(PRICE)],
+                "/v1/fail": [OneTime(PRICE)],
+                "/v1/before": [OneTime(PRICE, settle="before")],
+            },
+            terms=terms,
+            memos=Memos(b"mpp-charge-memo-secret-0123"),
+            trusted_facilitators=set(),
+            replay=MemoryReplayStore(),
+            mpp_facilitator=ChargeFacilitatorClient("http://fac", http=market.fac.http),
+            schemes=["mpp", "svcpay"],
+        )
+        transport = httpx.ASGITransport(app=gate, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+            yield Shop(market, http, handled)
+
+
+async def challenges(shop: Shop, path: str = "/v1/data") -> list[mpp.Challenge]:
+    reply = await shop.http.get(path)
+    assert reply.status_code == 402, reply.text
+    return mpp.parse_challenges(reply.headers.get_list("www-authenticate"))
+
+
+def pull_of(found: list[mpp.Challenge]) -> mpp.Challenge:
+    return next(c for c in found if c.request_json["methodDetails"]["feePayer"])
+
+
+def push_of(found: list[mpp.Challenge]) -> mpp.Challenge:
+    return next(c for c in found if not c.request_json["methodDetails"]["feePayer"])
+
+
+async def transaction(
+    shop: Shop, challenge: mpp.Challenge, payer: Keypair | None = None, **change: Any
+) -> VersionedTransaction:
+    """As pay-kit's client builds it: SetComputeUnitPrice(1), SetComputeUnitLimit(200,000),
+    TransferChecked, Memo(externalId); fee payer the server's key (pull) or the payer."""
+    request = {**challenge.request_json, **change}
+    details = request["methodDetails"]
+    if payer is None:
+        payer = shop.chain.funded_keypair()
+        shop.chain.token_account(payer.pubkey(), shop.market.mint, USDC)
+    mint = Pubkey.from_string(request["currency"])
+    transfer = transfer_checked(
+        TransferCheckedParams(
+            program_id=TOKEN_PROGRAM_ID,
+            source=get_associated_token_address(payer.pubkey(), mint),
+            mint=mint,
+            dest=get_associated_token_address(Pubkey.from_string(request["recipient"]), mint),
+            owner=payer.pubkey(),
+            amount=int(request["amount"]),
+            decimals=details["decimals"],
+        )
+    )
+    ixs = [
+        set_compute_unit_price(1),
+        set_compute_unit_limit(200_000),
+        transfer,
+        Instruction(MEMO_PROGRAM, request["externalId"].encode(), []),
+    ]
+    fee_payer = Pubkey.from_string(details["feePayerKey"]) if details["feePayer"] else None
+    blockhash = (await shop.market.fac.rpc.get_latest_blockhash()).value.blockhash
+    msg = MessageV0.try_compile(fee_payer or payer.pubkey(), ixs, [], blockhash)
+    own = payer.sign_message(to_bytes_versioned(msg))
+    sigs = [Signature.default(), own] if fee_payer else [own]
+    return VersionedTransaction.populate(msg, sigs)
+
+
+def credential(challenge: mpp.Challenge, payload: dict[str, Any]) -> str:
+    return mpp.Credential(challenge, payload).header()
+
+
+def pulled(challenge: mpp.Challenge, tx: VersionedTransaction) -> str:
+    encoded = base64.b64encode(bytes(tx)).decode()
+    return credential(challenge, {"type": "transaction", "transaction": encoded})
+
+
+async def pay(shop: Shop, value: str, path: str = "/v1/data") -> httpx.Response:
+    return await shop.http.get(path, headers={"Authorization": value})
+
+
+def problem(reply: httpx.Response) -> str:
+    assert reply.headers["content-type"] == "application/problem+json", reply.text
+    assert mpp.parse_challenges(reply.headers.get_list("www-authenticate")), "fresh challenges"
+    kind: str = reply.json()["type"].removeprefix(mpp.PROBLEM_BASE)
+    return kind
+
+
+async def test_a_402_offers_a_charge_to_pull_and_one_to_push(shop: Shop) -> None:
+    reply = await shop.http.get("/v1/data")
+    assert reply.status_code == 402 and reply.json()["accepts"]  # svcpay's body stays
+    found = mpp.parse_challenges(reply.headers.get_list("www-authenticate"))
+    assert [(c.method, c.intent) for c in found] == [("solana", "charge")] * 2
+    assert all(len(v) < mpp.MAX_CHALLENGE_BYTES for v in reply.headers.get_list("www-authenticate"))
+    pull, push = pull_of(found), push_of(found)
+    market = shop.market
+    request = pull.request_json
+    assert request == {
+        "amount": str(PRICE),
+        "currency": str(market.mint),
+        "recipient": str(market.merchant),
+        "externalId": request["externalId"],
+        "methodDetails": {
+            "network": "mainnet",
+            "decimals": 6,
+            "tokenProgram": str(TOKEN_PROGRAM_ID),
+            "feePayer": True,
+            "feePayerKey": market.fac.key,
+        },
+    }
+    assert push.request_json["methodDetails"]["feePayer"] is False
+    assert "feePayerKey" not in push.request_json["methodDetails"]
+    assert pull.expires and mpp.parse_rfc3339(pull.expires)
+    # the request is JCS, base64url without padding; the id is the HMAC of the seven slots
+    raw = mpp.unb64url(pull.request)
+    assert (
+        "=" not in pull.request
+        and raw == json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":")).encode()
+    )
+    # a client that wants sessions only gets no charge challenge
+    only = await shop.http.get("/v1/data", headers={"Accept-Payment": "*/session"})
+    assert only.status_code == 402 and "www-authenticate" not in only.headers
+    assert accepted("solana/charge, */session;q=0.3, junk") == [
+        ("solana", "charge", 1.0),
+        ("*", "session", 0.3),
+    ]
+
+
+async def test_a_pulled_charge_is_settled_once_with_a_receipt(shop: Shop) -> None:
+    pull = pull_of(await challenges(shop))
+    value = pulled(pull, await transaction(shop, pull))
+    reply = await pay(shop, value)
+    assert reply.status_code == 200 and reply.json() == {"data": 42}
+    receipt = mpp.Receipt.parse(reply.headers["payment-receipt"])
+    assert (receipt.status, receipt.method, receipt.challenge_id) == ("success", "solana", pull.id)
+    assert receipt.extra["externalId"] == pull.request_json["externalId"]
+    assert shop.market.received() == PRICE
+    [event] = await shop.market.settled_events()
+    assert event.data["transaction"] == receipt.reference
+    again = await pay(shop, value)
+    assert again.status_code == 402 and problem(again) == "verification-failed"
+    assert shop.market.received() == PRICE and shop.handled == ["/v1/data"]
+
+
+async def test_concurrent_copies_of_one_credential_are_served_once(shop: Shop) -> None:
+    pull = pull_of(await challenges(shop))
+    value = pulled(pull, await transaction(shop, pull))
+    replies = await asyncio.gather(*(pay(shop, value) for _ in range(6)))
+    assert sorted(r.status_code for r in replies) == [200] + [402] * 5
+    assert shop.market.received() == PRICE and shop.handled == ["/v1/data"]
+
+
+async def test_refused_charges_never_reach_the_chain(shop: Shop) -> None:
+    found = await challenges(shop)
+    pull = pull_of(found)
+    short = pulled(pull, await transaction(shop, pull, amount=str(PRICE - 1)))
+    assert problem(await pay(shop, short)) == "verification-failed"
+    other = await transaction(shop, pull, recipient=str(Keypair().pubkey()))
+    assert problem(await pay(shop, pulled(pull, other))) == "verification-failed"
+    # a challenge whose request was altered is not ours; an unknown payload type is malformed
+    forged = mpp.Challenge(
+        pull.id, pull.realm, pull.method, pull.intent,
+        mpp.encode_json({**pull.request_json, "amount": "1"}), pull.expires, "", "",
+    )  # fmt: skip
+    tx = await transaction(shop, forged)
+    assert problem(await pay(shop, pulled(forged, tx))) == "invalid-challenge"
+    odd = credential(pull, {"type": "bundle"})
+    assert problem(await pay(shop, odd)) == "malformed-credential"
+    assert problem(await pay(shop, "Payment not-base64!")) == "malformed-credential"
+    # a pulled transaction on the push challenge, and the reverse, are refused
+    push = push_of(found)
+    assert problem(await pay(shop, pulled(push, tx))) == "malformed-credential"
+    sig = credential(pull, {"type": "signature", "signature": "1" * 88})
+    assert problem(await pay(shop, sig)) == "malformed-credential"
+    assert shop.market.received() == 0 and shop.handled == []
+
+
+async def test_a_failed_handler_is_not_charged_and_before_settles_first(shop: Shop) -> None:
+    pull = pull_of(await challenges(shop, "/v1/fail"))
+    reply = await pay(shop, pulled(pull, await transaction(shop, pull)), "/v1/fail")
+    assert reply.status_code == 500 and "payment-receipt" not in reply.headers
+    assert shop.market.received() == 0
+    pull = pull_of(await challenges(shop, "/v1/before"))
+    reply = await pay(shop, pulled(pull, await transaction(shop, pull)), "/v1/before")
+    assert reply.status_code == 200 and "payment-receipt" in reply.headers
+    assert shop.market.received() == PRICE
+
+
+async def test_a_pushed_charge_is_recorded_once(shop: Shop) -> None:
+    push = push_of(await challenges(shop))
+    payer = shop.chain.funded_keypair()
+    shop.chain.token_account(payer.pubkey(), shop.market.mint, USDC)
+    tx = await transaction(shop, push, payer)
+    rpc = shop.market.fac.rpc
+    sig = (await rpc.send_raw_transaction(bytes(tx))).value
+    await rpc.confirm_transaction(sig, "confirmed")
+    value = credential(push, {"type": "signature", "signature": str(sig)})
+    reply = await pay(shop, value)
+    assert reply.status_code == 200, reply.text
+    assert mpp.Receipt.parse(reply.headers["payment-receipt"]).reference == str(sig)
+    assert shop.market.received() == PRICE
+    again = await pay(shop, value)
+    assert again.status_code == 402 and problem(again) == "verification-failed"
+    # a signature that paid something else does not pay this
+    other = push_of(await challenges(shop))
+    assert problem(
+        await pay(shop, credential(other, {"type": "signature", "signature": str(sig)}))
+    ) in ("verification-failed",)
+    assert shop.handled == ["/v1/data"]

@@ -170,3 +170,15 @@ def test_demo_json_narrates_on_stderr_and_prints_one_object(
     result = offline_cli("demo", "--out", str(tmp_path), "--json")
     assert result.code == 0 and "narration" in result.err
     assert result.json == {"ok": True, "exitCode": 0, "chart": str(tmp_path / "analytics.png")}
+
+
+def test_a_port_out_of_range_is_a_usage_error_not_a_traceback() -> None:
+    for port in ("99999", "-1", "eighty"):
+        done = subprocess.run(
+            [sys.executable, "-m", "svcpay.cli", "localnet", "--rpc-port", port],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, done
+        assert "Traceback" not in done.stderr and "--rpc-port" in done.stderr, done.stderr

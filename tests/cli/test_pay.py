@@ -348,3 +348,10 @@ def test_an_x402_server_is_paid_and_the_settlement_printed(
     assert "amount_insufficient" in refused.err
     assert world.balance(account) == 5 * USDC - PRICE
     assert world.balance(seller_account) == PRICE
+
+
+def test_a_target_that_is_not_a_url_is_a_usage_error(offline_cli: Cli) -> None:
+    for target in ("not-a-url", "ftp://example.com/x", "http://"):
+        result = offline_cli("pay", target)
+        assert result.code == 2, result
+        assert f"not a URL: {target!r}" in result.err and "http://" in result.err

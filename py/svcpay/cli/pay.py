@@ -111,6 +111,15 @@ async def _pay(args: argparse.Namespace) -> int:
     content = _body(args.data)
     method = (args.method or ("POST" if content is not None else "GET")).upper()
     headers = _headers(args.header, content)
+    try:
+        target = httpx.URL(args.target)
+    except httpx.InvalidURL as e:
+        raise UsageError(f"not a URL: {args.target!r} ({e})") from None
+    if target.scheme not in ("http", "https") or not target.host:
+        raise UsageError(
+            f"not a URL: {args.target!r}: give an http:// or https:// URL, "
+            "e.g. http://127.0.0.1:8000/v1/data"
+        )
     async with httpx.AsyncClient(timeout=args.timeout) as http:
         try:
             first = await http.request(method, args.target, content=content, headers=headers)

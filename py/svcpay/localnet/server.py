@@ -246,6 +246,17 @@ def serve(
         server.server_close()
 
 
+def rpc_port(text: str) -> int:
+    """A TCP port, 0 to 65535 (argparse names the flag and the value when it is not)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65_535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port: use 0 to 65535")
+    return port
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="svcpay localnet", description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -265,7 +276,9 @@ def main(argv: list[str] | None = None) -> int:
         help="load an account at ADDRESS from the JSON FILE (`solana account --output json`;"
         " ADDRESS '-' takes the file's pubkey) (repeatable)",
     )
-    parser.add_argument("--rpc-port", type=int, default=8899, help="JSON-RPC port (0: any free)")
+    parser.add_argument(
+        "--rpc-port", type=rpc_port, default=8899, help="JSON-RPC port (0: any free)"
+    )
     parser.add_argument("--bind-address", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--ledger", help="accepted for compatibility; state is in memory")
     parser.add_argument("--reset", action="store_true", help="accepted for compatibility")

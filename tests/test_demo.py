@@ -57,7 +57,7 @@ def test_the_demo_walks_through_every_flow_and_leaves_nothing_running(
 
     # 1b. x402: the same 402's PAYMENT-REQUIRED, paid with PAYMENT-SIGNATURE, settled by the
     # gate through the facilitator (PAYMENT-RESPONSE); the replay refused
-    x402 = out[out.index("── 1b.") : out.index("── 2.")]
+    x402 = out[out.index("── 1b.") : out.index("── 1c.")]
     assert (
         '"x402Version": 2' in x402
         and '"network": "solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp"' in x402
@@ -70,6 +70,18 @@ def test_the_demo_walks_through_every_flow_and_leaves_nothing_running(
     assert '"success": true' in x402 and '"paidWith": "x402"' in x402
     assert "client                  49.50 USDC → 49.00 USDC" in x402
     assert "402 InvalidPayment: this transaction was already used" in x402
+
+    # 1c. MPP: the 402's charge challenges; PaymentAuth pays with Authorization: Payment,
+    # answered with a Payment-Receipt; the replay is a 402 problem
+    charge = out[out.index("── 1c.") : out.index("── 2.")]
+    assert '"externalId"' in charge and '"feePayer": true' in charge
+    assert re.search(
+        r"GET /v1/data   \[Authorization: Payment .*\]\n   ← api  200 OK   \[Payment-Receipt: ",
+        charge,
+    )
+    assert '"status": "success"' in charge and '"paidWith": "mpp"' in charge
+    assert "client                  49.00 USDC → 48.50 USDC" in charge
+    assert "402 https://paymentauth.org/problems/verification-failed" in charge
 
     # 2. subscription: the 402 lists the plan; served with X-Svc-Sub
     subscription = out[out.index("── 2.") : out.index("── 3.")]
@@ -110,7 +122,7 @@ def test_the_demo_walks_through_every_flow_and_leaves_nothing_running(
     assert " 0 refused signatures" in out
 
     # 7. analytics and the chart
-    assert "oneTime          1.00 USDC  (2)" in out  # the svcpay proof and the x402 payment
+    assert "oneTime          1.50 USDC  (3)" in out  # the svcpay proof, x402 and MPP
     assert "session          1.00 USDC  (1)" in out  # one redeem
     # 10 + 1 USDC a period, per 30 days: 11 on monthly plans, far more on 20-second ones
     period, _ = plan_times(backend() == DROP_IN)

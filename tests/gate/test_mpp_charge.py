@@ -30,10 +30,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from svcpay.client import PaymentAuth
 from svcpay.gate import OneTime, payment_gate
 from svcpay.gate.pricing import Terms
 from svcpay.localnet.process import Localnet
 from svcpay.protocol import mpp
+from svcpay.protocol.errors import SpendingLimitExceeded
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.replay import MemoryReplayStore
 from svcpay.schemes.mpp_charge.facilitator_client import ChargeFacilitatorClient
@@ -288,3 +290,24 @@ async def test_a_pushed_charge_is_recorded_once(shop: Shop) -> None:
         await pay(shop, credential(other, {"type": "signature", "signature": str(sig)}))
     ) in ("verification-failed",)
     assert shop.handled == ["/v1/data"]
+
+
+async def test_payment_auth_pays_a_charge_when_it_prefers_mpp(shop: Shop) -> None:
+    """svcpay's own client, told to prefer MPP, pays the gate's `solana`/`charge` challenge
+    (pull: the facilitator pays the fee) within its limits."""
+    buyer = shop.chain.funded_keypair()
+    shop.chain.token_account(buyer.pubkey(), shop.market.mint, USDC)
+    auth = PaymentAuth(
+        buyer, rpc=shop.market.fac.rpc, max_per_request=PRICE, protocols=("mpp", "svcpay")
+    )
+    reply = await shop.http.get("/v1/data", auth=auth)
+    assert reply.status_code == 200 and reply.json() == {"data": 42}, reply.text
+    assert reply.request.headers["authorization"].startswith("Payment ")
+    assert mpp.Receipt.parse(reply.headers["payment-receipt"]).method == "solana"
+    assert shop.market.received() == PRICE
+    with pytest.raises(SpendingLimitExceeded):
+        tight = PaymentAuth(
+            buyer, rpc=shop.market.fac.rpc, max_per_request=PRICE - 1, protocols=("mpp",)
+        )
+        await shop.http.get("/v1/data", auth=tight)
+    assert shop.market.received() == PRICE

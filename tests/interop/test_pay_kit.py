@@ -18,6 +18,7 @@ from solders.keypair import Keypair
 from svcpay.client import PaymentAuth
 from svcpay.localnet.accounts import LOCAL_USDC_AUTHORITY, USDC_MAINNET_MINT
 from svcpay.localnet.process import Localnet
+from svcpay.protocol import mpp
 from tests.interop.conftest import Market, PayKit, Svcpay, finalize
 from tests.interop.test_x402_sdk import DATA_PRICE, balances, settled_in
 from tests.support.billing import USDC, Billing
@@ -70,12 +71,14 @@ def test_the_pay_kit_client_pays_the_example_api_with_x402(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("protocol", ["x402", "mpp"])
 async def test_payment_auth_pays_the_pay_kit_server(
-    pay_kit: PayKit, market: Market, chain: Chain, validator: Localnet
+    pay_kit: PayKit, market: Market, chain: Chain, validator: Localnet, protocol: str
 ) -> None:
     """svcpay's PaymentAuth against pay-kit's FastAPI gate, which offers x402 and MPP and
-    verifies and settles x402 itself, in USDC (the validator's, at mainnet USDC's address):
-    PaymentAuth pays the x402 offer and is served."""
+    verifies and settles both itself, in USDC (the validator's, at mainnet USDC's address;
+    pay-kit's MPP challenge names it by its symbol): PaymentAuth pays the x402 offer, or
+    (told to prefer MPP) the `solana`/`charge` challenge, and is served."""
     seller = Keypair()
     seller_usdc = chain.token_account(seller.pubkey(), USDC_MAINNET_MINT)
     buyer_usdc = chain.token_account(market.buyer.pubkey(), USDC_MAINNET_MINT)
@@ -91,7 +94,13 @@ async def test_payment_auth_pays_the_pay_kit_server(
 
     rpc = AsyncClient(validator.url, commitment=Confirmed)
     async with httpx.AsyncClient() as svcpay_fac:
-        auth = PaymentAuth(market.buyer, rpc=rpc, facilitator=svcpay_fac, max_per_request=USDC)
+        auth = PaymentAuth(
+            market.buyer,
+            rpc=rpc,
+            facilitator=svcpay_fac,
+            max_per_request=USDC,
+            protocols=(protocol,),
+        )
         try:
             async with httpx.AsyncClient(timeout=60) as http:
                 reply = await http.get(f"{server}/paid", auth=auth)
@@ -99,6 +108,11 @@ async def test_payment_auth_pays_the_pay_kit_server(
             await rpc.close()
 
     assert (reply.status_code, reply.json()) == (200, {"answer": "paid content"}), reply.text
-    settled = json.loads(base64.b64decode(reply.headers["payment-response"]))
-    assert settled["success"] is True, settled
+    if protocol == "x402":
+        settled = json.loads(base64.b64decode(reply.headers["payment-response"]))
+        assert settled["success"] is True, settled
+    else:
+        receipt = mpp.Receipt.parse(reply.headers["payment-receipt"])
+        assert (receipt.status, receipt.method) == ("success", "solana"), receipt
+        assert "authorization" in reply.request.headers
     assert amounts() == (before[0] - 1_000, before[1] + 1_000)

@@ -1,7 +1,9 @@
 """The paying client: an httpx `Auth` that answers 402 by paying, and `pay()` for one call.
 
 Like httpx's Digest auth, the flow is `response = yield request`: a 402 is a 401 with money.
-It speaks three dialects, under the same spending limits (checked before any money moves):
+It speaks four dialects, under the same spending limits (checked before any money moves);
+when a 402 offers several one-time ways to pay it takes them in the order of `protocols`
+(default: svcpay's own, then x402, then MPP `charge`; sessions first when offered):
 
 - MPP's `session` intent on svc_billing (a `WWW-Authenticate: Payment ... intent="session"`
   challenge; docs/adr/0025), preferred when offered (unless `sessions=False`): it opens a
@@ -15,6 +17,10 @@ It speaks three dialects, under the same spending limits (checked before any mon
   subscription to that plan; otherwise it pays once: builds the transfer, signs it as token
   authority (the facilitator pays the fee), gets the proof from `POST /authorize` of the
   configured facilitator (or the one the terms name), and retries with `X-PAYMENT`.
+- MPP's `charge` intent (a `WWW-Authenticate: Payment ... intent="charge"` challenge):
+  it signs the transfer with the server as fee payer and sends it in `Authorization:
+  Payment` (or, for a challenge without a fee payer, sends it itself and hands over the
+  signature); the server's `Payment-Receipt` names the transaction.
 - x402 (a `PAYMENT-REQUIRED` header, v2, or a body with `x402Version: 1`): it picks an
   `exact` option on a Solana network it pays on, signs the transfer to ATA(payTo) and
   retries with `PAYMENT-SIGNATURE` (v2) or `X-PAYMENT` (v1); the server settles it, so no
@@ -36,7 +42,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, Awaitable, Collection, Generator
+from collections.abc import AsyncGenerator, Awaitable, Collection, Generator, Sequence
 from typing import TypeVar
 
 import httpx
@@ -58,12 +64,16 @@ from svcpay.protocol.errors import (
 )
 from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
 from svcpay.protocol.models import PaymentOption, PaymentRequired, ProtocolError
+from svcpay.schemes.mpp_charge import client as charge_client
 from svcpay.schemes.session.client import SessionOffer, Tab, Tabs, tab_key
 from svcpay.schemes.svcpay_proof import client as proof_client
 from svcpay.schemes.x402_exact import client as x402
 from svcpay.schemes.x402_exact.wire import CAIP2, svcpay_network
 
 T = TypeVar("T")
+
+
+PROTOCOLS = ("svcpay", "x402", "mpp")  # the default preference, most preferred first
 
 
 class PaymentAuth(httpx.Auth):
@@ -87,6 +97,7 @@ class PaymentAuth(httpx.Auth):
         session_deposit: int | None = None,
         session_secs: int = 86_400,
         tabs: Tabs | None = None,
+        protocols: Sequence[str] = ("svcpay", "x402", "mpp"),
     ) -> None:
         """Args:
         owner: the wallet that pays (token authority of its associated token accounts).
@@ -105,6 +116,9 @@ class PaymentAuth(httpx.Auth):
             session_deposit: what a new session escrows (default: the offer's suggested
             deposit), at most max_per_request; session_secs: a new session's lifetime.
         tabs: the open sessions (default: in memory; `Tabs(path)` keeps them in a file).
+        protocols: the wire protocols this client pays one-time prices with, in order of
+            preference, when a 402 offers several (PROTOCOLS: svcpay's proof or
+            subscription, x402 `exact`, MPP `charge`); sessions come first when offered.
         """
         self.owner, self.rpc, self.facilitator = owner, rpc, facilitator
         self.max_per_request, self.max_per_period, self.period_secs = (
@@ -117,6 +131,10 @@ class PaymentAuth(httpx.Auth):
         self.networks = None if networks is None else _network_names(networks)
         self.allowed_tokens = None if allowed_tokens is None else frozenset(allowed_tokens)
         self.x402 = x402.ExactSvmClient(owner, rpc)
+        self.charges = charge_client.ChargeClient(owner, rpc)
+        if unknown := [p for p in protocols if p not in PROTOCOLS]:
+            raise ValueError(f"unknown protocols {unknown}: choose among {list(PROTOCOLS)}")
+        self.protocols = tuple(protocols)
         self.sessions, self.session_deposit, self.session_secs = (
             sessions,
             session_deposit,
@@ -258,16 +276,23 @@ class PaymentAuth(httpx.Auth):
             if terms is None:
                 raise NoAcceptableOption(f"the server's x402 terms are malformed: {e}") from e
             required = None
-        if terms is None and required is None:
-            return  # neither svcpay's nor x402's 402: hand it back unchanged
-        if terms is not None:
-            sub_id = await self._subscription_for(terms)
-            if sub_id is not None:
-                request.headers[X_SVC_SUB] = sub_id
-                yield request
-                return
-            option = self._one_time(terms)
-            if option is not None and (self.facilitator or _named_facilitator(option)):
+        charges = (
+            charge_client.offers(response.headers.get_list("www-authenticate"))
+            if "mpp" in self.protocols
+            else []
+        )
+        if terms is None and required is None and not charges:
+            return  # no 402 this client speaks: hand it back unchanged
+        for protocol in self.protocols:
+            if protocol == "svcpay" and terms is not None:
+                sub_id = await self._subscription_for(terms)
+                if sub_id is not None:
+                    request.headers[X_SVC_SUB] = sub_id
+                    yield request
+                    return
+                option = self._one_time(terms)
+                if option is None or not (self.facilitator or _named_facilitator(option)):
+                    continue
                 self._reserve(option.amount_units)
                 request.headers[X_PAYMENT] = await self._pay(option)
                 for attempt in range(self.retries + 1):
@@ -284,23 +309,37 @@ class PaymentAuth(httpx.Auth):
                         )
                     await asyncio.sleep(0.2 * 2**attempt)
                 return
-            if required is None:
-                if option is None:
-                    raise NoAcceptableOption(
-                        "the server only offers subscriptions this client may not create"
-                        if all(o.is_subscription for o in terms.accepts)
-                        else "the server asks for tokens this client may not pay in"
-                    )
+            if protocol == "x402" and required is not None:
+                name, value = await self._pay_x402(required)
+                request.headers[name] = value
+                response = yield request
+                if response.status_code == 402:
+                    raise PaymentRefused(x402.refusal_reason(response))
+                return
+            if protocol == "mpp" and charges:
+                request.headers["authorization"] = await self._pay_mpp(charges)
+                response = yield request
+                if response.status_code == 402:
+                    detail = _problem(response).get("detail") or response.text[:200]
+                    raise PaymentRefused(f"the server refused the MPP charge: {detail}")
+                return
+        if terms is not None:
+            option = self._one_time(terms)
+            if option is None:
                 raise NoAcceptableOption(
-                    "the server names no facilitator for its one-time price: give "
-                    "PaymentAuth a facilitator"
+                    "the server only offers subscriptions this client may not create"
+                    if all(o.is_subscription for o in terms.accepts)
+                    else "the server asks for tokens this client may not pay in"
                 )
-        assert required is not None
-        name, value = await self._pay_x402(required)
-        request.headers[name] = value
-        response = yield request
-        if response.status_code == 402:
-            raise PaymentRefused(x402.refusal_reason(response))
+            raise NoAcceptableOption(
+                "the server names no facilitator for its one-time price: give "
+                "PaymentAuth a facilitator"
+            )
+        offered = [n for n, o in (("x402", required), ("mpp", charges)) if o]
+        raise NoAcceptableOption(
+            f"the server offers {' and '.join(offered)}; this client pays with "
+            f"{', '.join(self.protocols)}"
+        )
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -510,6 +549,24 @@ class PaymentAuth(httpx.Auth):
             self._release(entry)  # nothing was signed
             raise PaymentError(f"cannot pay the server's x402 terms: {e}") from e
         return x402.payment_header(payload)
+
+    async def _pay_mpp(self, charges: list[charge_client.ChargeOffer]) -> str:
+        """The `Authorization: Payment` value paying the first charge this client may pay
+        (pull before push, as the server ordered them), within the limits."""
+        allowed = [c for c in charges if self._allowed(c.mint)]
+        if not allowed:
+            mints = ", ".join(sorted({c.mint for c in charges}))
+            raise NoAcceptableOption(
+                f"the server asks for tokens this client may not pay in: {mints}"
+            )
+        offer = next((c for c in allowed if c.amount <= self.max_per_request), allowed[0])
+        entry = self._reserve(offer.amount)
+        try:
+            return await self.charges.credential(offer)
+        except Exception as e:
+            if offer.pull:  # nothing was sent
+                self._release(entry)
+            raise PaymentError(f"cannot pay the server's MPP charge: {e}") from e
 
     async def _x402_networks(self) -> frozenset[str]:
         if self.networks is None:

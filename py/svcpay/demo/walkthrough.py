@@ -37,7 +37,7 @@ from spl.token.instructions import get_associated_token_address
 
 from svcpay.amounts import format_amount, to_base_units
 from svcpay.client import PaymentAuth
-from svcpay.demo import DEFAULT_OUT, sessions
+from svcpay.demo import DEFAULT_OUT, mpp, sessions
 from svcpay.demo.children import Child, DemoFailed, run_command
 from svcpay.demo.receiver import WebhookReceiver
 from svcpay.examples.resource_server import DATA_PRICE, PROCESS_PRICE
@@ -136,7 +136,11 @@ def wire(name: str) -> dict[str, list[Callable[[Any], Awaitable[None]]]]:
         say(f"→ {name}  {req.method} {path}" + (f"   [{'; '.join(extras)}]" if extras else ""))
 
     async def response(resp: httpx.Response) -> None:
-        extras = [f"{h}: {short(v)}" for h in (PAYMENT_RESPONSE,) if (v := resp.headers.get(h))]
+        extras = [
+            f"{h}: {short(v)}"
+            for h in (PAYMENT_RESPONSE, "Payment-Receipt")
+            if (v := resp.headers.get(h))
+        ]
         line = f"← {name}  {resp.status_code} {resp.reason_phrase}"
         say(line + (f"   [{'; '.join(extras)}]" if extras else ""))
 
@@ -334,6 +338,7 @@ class Walkthrough:
             await self.register_webhooks()
             await self.one_time()
             await self.x402()
+            await mpp.charge(self)
             sub = await self.subscription()
             await self.renewal(sub)
             await self.metered()
@@ -479,8 +484,8 @@ class Walkthrough:
             f"the x402 payment answered {paid.status_code}: {paid.text[:300]}",
         )
         assert settled is not None
-        say("the gate verified it with the facilitator's POST /verify, ran the handler, then")
-        say(f"settled it with POST /settle; {PAYMENT_RESPONSE} decoded:")
+        say("the gate checked the transaction itself, ran the handler, then had the facilitator")
+        say(f"settle it with POST /settle (one call); {PAYMENT_RESPONSE} decoded:")
         show_json(settled.to_json_dict())
         say("the 200 body:")
         show_json(paid.json())

@@ -375,14 +375,14 @@ def _auth_challenges(value: str) -> list[tuple[str, dict[str, str]]]:
     out: list[tuple[str, dict[str, str]]] = []
     i, n = 0, len(value)
 
-    def skip_ws(j: int) -> int:
-        while j < n and value[j] in " \t":
+    def skip_ws(j: int) -> int:  # CR and LF too: a folded value, as the draft prints them
+        while j < n and value[j] in " \t\r\n":
             j += 1
         return j
 
     def token(j: int) -> tuple[str, int]:
         start = j
-        while j < n and value[j] not in ' \t,="':
+        while j < n and value[j] not in ' \t\r\n,="':
             j += 1
         return value[start:j], j
 

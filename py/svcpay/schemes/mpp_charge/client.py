@@ -1,0 +1,170 @@
+"""The paying side of MPP Solana `charge`: choose a `solana`/`charge` challenge a client can
+pay, and build its credential. Pull (the server pays the fee, `feePayer: true`) is preferred:
+the transaction is `[SetComputeUnitLimit, SetComputeUnitPrice, TransferChecked, Memo
+(externalId)]`, fee payer the server's key, signed by the payer only; push (`feePayer:
+false`) sends that transaction itself, waits for `confirmed`, and hands over its signature.
+`currency` may be a mint or a symbol pay-kit servers send (USDC, PYUSD, USDT), resolved for
+the network as pay-kit resolves it (a local validator uses mainnet's mints)."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solana.rpc.models import TxOpts
+from solders.compute_budget import set_compute_unit_limit, set_compute_unit_price
+from solders.hash import Hash
+from solders.instruction import Instruction
+from solders.keypair import Keypair
+from solders.message import MessageV0, to_bytes_versioned
+from solders.pubkey import Pubkey
+from solders.signature import Signature
+from solders.transaction import VersionedTransaction
+from spl.token.instructions import transfer_checked
+from spl.token.models import TransferCheckedParams
+
+from svcpay.protocol import mpp
+from svcpay.protocol.programs import MEMO_PROGRAM, TOKEN_PROGRAM
+from svcpay.schemes.mpp_charge.wire import INTENT, METHOD
+from svcpay.schemes.x402_exact.svm import associated_token_address
+
+COMPUTE_UNIT_LIMIT = 50_000  # a transfer and a memo need about 10,000
+COMPUTE_UNIT_PRICE = 1  # micro-lamports: pay-kit's servers accept at most 10,000 when paying
+MINTS = {  # pay-kit's KNOWN_MINTS for the stablecoins it names
+    ("USDC", "mainnet"): "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v",
+    ("USDC", "devnet"): "4zMMC9srt5Ri5X14GAgXhaHii3GnPAEERYPJgZJDncDU",
+    ("USDT", "mainnet"): "Es9vMFrzaCERmJfrF4H2FYD4KCoNkY11McCe8BenwNYB",
+    ("PYUSD", "mainnet"): "2b1kV6DkPAnxd5ixfnxCpjxmKwqjjaYmCZfHsFu24GXo",
+    ("PYUSD", "devnet"): "CXk2AMBfi3TwaEL2468s6zP8xq9NxTXjp9gjMgzeUynM",
+}
+
+
+class CannotPay(Exception):
+    """The challenge cannot be paid by this client; the message says why."""
+
+
+@dataclass(frozen=True)
+class ChargeOffer:
+    """A payable `solana`/`charge` challenge, its request read."""
+
+    challenge: mpp.Challenge
+    amount: int
+    mint: str
+    recipient: str
+    decimals: int
+    token_program: str
+    fee_payer: str | None  # the server's key (pull), None (push)
+    external_id: str | None
+    recent_blockhash: str | None
+
+    @property
+    def pull(self) -> bool:
+        return self.fee_payer is not None
+
+
+def resolve_mint(currency: str, network: str) -> str:
+    """A mint address for `currency` (a mint, or a stablecoin symbol) on `network`."""
+    symbol = currency.upper()
+    net = "mainnet" if network in ("localnet", "mainnet-beta") else network
+    if (symbol, net) in MINTS:
+        return MINTS[(symbol, net)]
+    try:
+        Pubkey.from_string(currency)
+    except ValueError:
+        raise CannotPay(
+            f"currency {currency!r} is neither a mint nor a stablecoin known on {network}"
+        ) from None
+    return currency
+
+
+def offers(response_headers: list[str]) -> list[ChargeOffer]:
+    """The `solana`/`charge` challenges of a 402's `WWW-Authenticate` values that a token
+    payer can pay (SPL, no splits), pull ones first; others are skipped."""
+    found = []
+    for challenge in mpp.parse_challenges(response_headers):
+        if (challenge.method, challenge.intent) != (METHOD, INTENT):
+            continue
+        try:
+            found.append(read(challenge))
+        except (CannotPay, KeyError, TypeError, ValueError, mpp.MppError):
+            continue
+    return sorted(found, key=lambda o: not o.pull)
+
+
+def read(challenge: mpp.Challenge) -> ChargeOffer:
+    request: Any = challenge.request_json
+    details = request.get("methodDetails") or {}
+    if request.get("splits") or details.get("splits"):
+        raise CannotPay("split payments are not supported")
+    currency = str(request["currency"])
+    if currency.lower() == "sol":
+        raise CannotPay("this client pays in tokens, not SOL")
+    network = str(details.get("network", "mainnet"))
+    fee_payer = details.get("feePayerKey") if details.get("feePayer") else None
+    return ChargeOffer(
+        challenge=challenge,
+        amount=int(request["amount"]),
+        mint=resolve_mint(currency, network),
+        recipient=str(request["recipient"]),
+        decimals=int(details["decimals"]),
+        token_program=str(details.get("tokenProgram") or TOKEN_PROGRAM),
+        fee_payer=str(fee_payer) if fee_payer else None,
+        external_id=request.get("externalId"),
+        recent_blockhash=details.get("recentBlockhash"),
+    )
+
+
+class ChargeClient:
+    """Builds credentials for charge offers, paying from `owner`'s associated token account."""
+
+    def __init__(self, owner: Keypair, rpc: AsyncClient) -> None:
+        self.owner, self.rpc = owner, rpc
+
+    async def transaction(self, offer: ChargeOffer) -> VersionedTransaction:
+        mint = Pubkey.from_string(offer.mint)
+        program = Pubkey.from_string(offer.token_program)
+        payer = self.owner.pubkey()
+        ixs = [
+            set_compute_unit_limit(COMPUTE_UNIT_LIMIT),
+            set_compute_unit_price(COMPUTE_UNIT_PRICE),
+            transfer_checked(
+                TransferCheckedParams(
+                    program_id=program,
+                    source=associated_token_address(payer, mint, program),
+                    mint=mint,
+                    dest=associated_token_address(
+                        Pubkey.from_string(offer.recipient), mint, program
+                    ),
+                    owner=payer,
+                    amount=offer.amount,
+                    decimals=offer.decimals,
+                )
+            ),
+        ]
+        if offer.external_id:
+            ixs.append(Instruction(MEMO_PROGRAM, offer.external_id.encode(), []))
+        if offer.recent_blockhash:
+            blockhash = Hash.from_string(offer.recent_blockhash)
+        else:
+            blockhash = (await self.rpc.get_latest_blockhash(Confirmed)).value.blockhash
+        fee_payer = Pubkey.from_string(offer.fee_payer) if offer.fee_payer else payer
+        msg = MessageV0.try_compile(fee_payer, ixs, [], blockhash)
+        own = self.owner.sign_message(to_bytes_versioned(msg))
+        sigs = [Signature.default(), own] if offer.fee_payer else [own]
+        return VersionedTransaction.populate(msg, sigs)
+
+    async def credential(self, offer: ChargeOffer) -> str:
+        """The `Authorization` value paying `offer`: pull hands over the signed transaction;
+        push sends it, waits for `confirmed`, and hands over its signature."""
+        tx = await self.transaction(offer)
+        if offer.pull:
+            payload = {"type": "transaction", "transaction": base64.b64encode(bytes(tx)).decode()}
+        else:
+            opts = TxOpts(preflight_commitment=Confirmed)
+            sig = (await self.rpc.send_raw_transaction(bytes(tx), opts=opts)).value
+            await self.rpc.confirm_transaction(sig, Confirmed, sleep_seconds=0.2)
+            payload = {"type": "signature", "signature": str(sig)}
+        return mpp.Credential(offer.challenge, payload).header()

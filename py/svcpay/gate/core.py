@@ -29,6 +29,7 @@ from svcpay.protocol.verify import RemoteVerifier
 from svcpay.schemes.decision import ADMIT, Admit, GateScheme, Offer, RawHeaders, Reply, Request
 from svcpay.schemes.mpp_charge.facilitator_client import ChargeFacilitatorClient, ChargeSettler
 from svcpay.schemes.mpp_charge.server import ChargeIntent
+from svcpay.schemes.mpp_subscription.server import SubscriptionIntent
 from svcpay.schemes.payment_auth import Intent, PaymentAuthScheme
 from svcpay.schemes.session.server import SessionScheme
 from svcpay.schemes.subscription.server import Meter, Subscriptions, SubscriptionScheme
@@ -111,6 +112,9 @@ class GateCore:
             issuer = mpp.ChallengeIssuer(self.memos.derive(b"svcpay mpp challenges"), "svcpay")
             self.charge = ChargeIntent(self.terms, self.memos, issuer, self.replay, settler, guard)
             intents.append(self.charge)
+        if "mpp" in wanted and self.subscriptions is not None:
+            issuer = mpp.ChallengeIssuer(self.memos.derive(b"svcpay mpp challenges"), "svcpay")
+            intents.append(SubscriptionIntent(self.terms, issuer, self.replay, self.subscribed))
         self.payment_auth = PaymentAuthScheme(intents)
         available: dict[str, GateScheme | None] = {
             "mpp": self.payment_auth,

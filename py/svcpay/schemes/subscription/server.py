@@ -91,8 +91,19 @@ class SubscriptionScheme:
         pricing: list[PricingEntry],
         payment_required: PaymentRequiredFn,
     ) -> Reply | Admit:
-        assert self.subscriptions is not None
         sub_id = request.headers[b"x-svc-sub"].decode("latin-1").strip()
+        return await self.admit_subscription(request, pricing, sub_id, payment_required)
+
+    async def admit_subscription(
+        self,
+        request: Request,
+        pricing: list[PricingEntry],
+        sub_id: str,
+        payment_required: PaymentRequiredFn,
+    ) -> Reply | Admit:
+        """Admits a request on subscription `sub_id` (also MPP's `subscription` intent,
+        `schemes.mpp_subscription`, which names it in a credential)."""
+        assert self.subscriptions is not None
         try:
             Pubkey.from_string(sub_id)
         except ValueError:

@@ -97,7 +97,13 @@ def world(validator: Localnet) -> Iterator[World]:
                     "/v1/data": [OneTime(PRICE)],
                     "/v1/resource": [Subscription(str(plan), PLAN_PRICE, 30 * DAY)],
                 },
-                terms=Terms(pay_to=str(destination), token=str(mint), facilitator=facilitator_url),
+                terms=Terms(
+                    pay_to=str(destination),
+                    token=str(mint),
+                    facilitator=facilitator_url,
+                    owner=str(provider.pubkey()),  # x402 and MPP too, settled by the same
+                    fee_payer=str(fee_payer.pubkey()),
+                ),
                 memos=Memos(os.urandom(32)),
                 trusted_facilitators={str(fee_payer.pubkey())},
                 replay=MemoryReplayStore(),
@@ -355,3 +361,23 @@ def test_a_target_that_is_not_a_url_is_a_usage_error(offline_cli: Cli) -> None:
         result = offline_cli("pay", target)
         assert result.code == 2, result
         assert f"not a URL: {target!r}" in result.err and "http://" in result.err
+
+
+@pytest.mark.parametrize("protocol", ["mpp", "x402"])
+def test_pay_uses_the_protocol_asked_for(
+    cli: Cli, world: World, tmp_path: Path, protocol: str
+) -> None:
+    """The gate offers svcpay, x402 and MPP at once; --protocol picks one (the default is
+    svcpay's own, as the other tests show): paid once, within --max-amount."""
+    key, _, account = world.wallet(tmp_path)
+    before = world.balance(world.destination)
+    too_dear = cli("pay", f"{world.api}/v1/data", "--protocol", protocol,
+                   "--max-amount", "0.49", "--keypair", key)  # fmt: skip
+    assert too_dear.code == 4 and "--max-amount" in too_dear.err
+    paid = cli.ok("pay", f"{world.api}/v1/data", "--protocol", protocol,
+                  "--max-amount", "0.50", "--keypair", key)  # fmt: skip
+    assert paid["status"] == 200 and paid["body"] == {"data": 42, "path": "/v1/data"}
+    assert paid["payment"]["kind"] == protocol and paid["payment"]["transaction"]
+    assert paid["payment"]["amount"] == PRICE
+    assert world.balance(account) == 5 * USDC - PRICE
+    assert world.balance(world.destination) == before + PRICE

@@ -30,12 +30,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from svcpay.client import PaymentAuth
+from svcpay.client import PaymentAuth, SpendingPolicy
 from svcpay.gate import OneTime, payment_gate
 from svcpay.gate.pricing import Terms
 from svcpay.localnet.process import Localnet
 from svcpay.protocol import mpp
-from svcpay.protocol.errors import SpendingLimitExceeded
+from svcpay.protocol.errors import NoAcceptableOption, OriginNotAllowed, SpendingLimitExceeded
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.replay import MemoryReplayStore
 from svcpay.schemes.mpp_charge.facilitator_client import ChargeFacilitatorClient
@@ -311,3 +311,44 @@ async def test_payment_auth_pays_a_charge_when_it_prefers_mpp(shop: Shop) -> Non
         )
         await shop.http.get("/v1/data", auth=tight)
     assert shop.market.received() == PRICE
+
+
+async def test_the_spending_policy_decides_before_money_moves(shop: Shop) -> None:
+    """PaymentAuth's SpendingPolicy (pay-kit's client permissions and a daily budget):
+    an origin or asset it does not list, a payment above its cap, and a day's spending past
+    the per-origin cap or the budget are refused before anything is signed."""
+    buyer = shop.chain.funded_keypair()
+    shop.chain.token_account(buyer.pubkey(), shop.market.mint, USDC)
+    mint = str(shop.market.mint)
+
+    def auth(**policy: Any) -> PaymentAuth:
+        return PaymentAuth(
+            buyer,
+            rpc=shop.market.fac.rpc,
+            max_per_request=USDC,
+            protocols=("mpp",),
+            policy=SpendingPolicy(**policy),
+        )
+
+    with pytest.raises(OriginNotAllowed, match="http://api"):
+        await shop.http.get("/v1/data", auth=auth(origins={"https://elsewhere.example"}))
+    with pytest.raises(NoAcceptableOption, match="may not pay in"):
+        await shop.http.get("/v1/data", auth=auth(assets={str(Keypair().pubkey())}))
+    with pytest.raises(SpendingLimitExceeded, match="per-payment cap"):
+        await shop.http.get("/v1/data", auth=auth(max_per_payment=PRICE - 1))
+    assert shop.market.received() == 0 and shop.handled == []
+
+    capped = auth(origins={"http://api:80"}, assets={mint}, max_per_origin_per_day=PRICE)
+    assert (await shop.http.get("/v1/data", auth=capped)).status_code == 200
+    with pytest.raises(SpendingLimitExceeded, match="per origin per day for http://api"):
+        await shop.http.get("/v1/data", auth=capped)
+    assert capped.spent_today("http://api") == PRICE
+
+    budget = auth(daily_budget=2 * PRICE)
+    for _ in range(2):
+        assert (await shop.http.get("/v1/data", auth=budget)).status_code == 200
+    with pytest.raises(SpendingLimitExceeded, match="daily budget"):
+        await shop.http.get("/v1/data", auth=budget)
+    assert shop.market.received() == 3 * PRICE and budget.spent_today() == 2 * PRICE
+    with pytest.raises(TypeError):
+        SpendingPolicy(origins="http://api")  # type: ignore[arg-type]

@@ -6,7 +6,10 @@ it again with `PaymentAuth`, which pays within --max-amount: with an ACTIVE subs
 you hold to an offered plan, by subscribing (after a confirmation, or with --yes or
 --subscribe), or once through the facilitator. On an x402 402 (`PAYMENT-REQUIRED`, or a v1
 body) the same `PaymentAuth` pays the server's `exact` price on Solana and the server
-settles it. A keypair and the URL are all it needs.
+settles it; on a 402 with only MPP `solana`/`charge` challenges (`WWW-Authenticate:
+Payment`), it pays the charge and the server answers with `Payment-Receipt`. When a 402
+offers several, svcpay's own terms come first, then x402, then MPP; `--protocol` picks one.
+A keypair and the URL are all it needs.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from svcpay.protocol import mpp
 from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
 from svcpay.protocol.models import PaymentOption, PaymentRequired, ProtocolError
 from svcpay.protocol.proof import parse_payment_proof
+from svcpay.schemes.mpp_charge import client as charge_client
 from svcpay.schemes.session.client import SessionOffer, Tabs, tab_key
 from svcpay.schemes.x402_exact import client as x402
 from svcpay.schemes.x402_exact.wire import CAIP2, PaymentPayloadV1
@@ -151,17 +155,30 @@ async def _pay(args: argparse.Namespace) -> int:
             required = x402.payment_required(first)
         except ProtocolError as e:
             required, why = None, f"x402: {e.reason}"
-        if terms is None and required is None:
-            raise PaymentDeclined(
-                f"{args.target} answered 402 without usable svcpay or x402 terms ({why})"
+        charges = charge_client.offers(first.headers.get_list("www-authenticate"))
+        chosen = args.protocol
+        if chosen is None:  # svcpay's own, then x402, then MPP (PaymentAuth's preference)
+            chosen = next(
+                (n for n, o in (("svcpay", terms), ("x402", required), ("mpp", charges)) if o),
+                None,
             )
+        if chosen is None:
+            raise PaymentDeclined(
+                f"{args.target} answered 402 without usable svcpay, x402 or MPP terms ({why})"
+            )
+        offered = {"svcpay": terms, "x402": required, "mpp": charges}[chosen]
+        if not offered:
+            raise PaymentDeclined(f"{args.target} offers no {chosen} payment (--protocol)")
         owner = load_signer(args)
         rpc = AsyncClient(args.url, commitment=Confirmed)
         try:
-            if terms is not None:
+            if chosen == "svcpay":
+                assert terms is not None
                 return await _pay_with(request, rpc, owner, terms, required)
-            assert required is not None
-            return await _pay_x402(request, rpc, owner, required)
+            if chosen == "x402":
+                assert required is not None
+                return await _pay_x402(request, rpc, owner, required)
+            return await _pay_mpp(request, rpc, owner, charges)
         finally:
             await rpc.close()
 
@@ -315,12 +332,53 @@ async def _pay_x402(
     except x402.CannotPay as e:
         raise NotFound(f"{e}: check --url") from None
     limit = args.max_amount.to_base(mint.decimals)
-    auth = PaymentAuth(owner, rpc=rpc, max_per_request=limit, allowed_tokens={asset})
+    auth = PaymentAuth(
+        owner, rpc=rpc, max_per_request=limit, allowed_tokens={asset}, protocols=("x402",)
+    )
     try:
         response = await request.send(auth)
     except SpendingLimitExceeded as e:
         raise _over_limit(e, limit, mint.decimals) from None
     return _report(args, request.method, response, _x402_payment(response))
+
+
+async def _pay_mpp(
+    request: Request, rpc: AsyncClient, owner: Keypair, charges: list[charge_client.ChargeOffer]
+) -> int:
+    """Pays an MPP `solana`/`charge` challenge (pull: the server pays the fee); the server
+    answers with `Payment-Receipt`."""
+    asset = charges[0].mint  # --max-amount is in its units: pay in it only
+    try:
+        mint = await x402.read_mint(rpc, Pubkey.from_string(asset))
+    except x402.CannotPay as e:
+        raise NotFound(f"{e}: check --url") from None
+    limit = request.args.max_amount.to_base(mint.decimals)
+    auth = PaymentAuth(
+        owner, rpc=rpc, max_per_request=limit, allowed_tokens={asset}, protocols=("mpp",)
+    )
+    try:
+        response = await request.send(auth)
+    except SpendingLimitExceeded as e:
+        raise _over_limit(e, limit, mint.decimals) from None
+    payment: dict[str, Any] | None = None
+    if (value := response.headers.get("payment-receipt")) is not None:
+        try:
+            receipt = mpp.Receipt.parse(value)
+        except mpp.MppError:
+            receipt = None
+        if receipt is not None:
+            offer = next((c for c in charges if c.challenge.id == receipt.challenge_id), charges[0])
+            payment = {
+                "kind": "mpp",
+                "intent": "charge",
+                "amount": offer.amount,
+                "amountDecimal": format_units(offer.amount, mint.decimals),
+                "token": asset,
+                "recipient": offer.recipient,
+                "transaction": receipt.reference,
+                "receipt": {"status": receipt.status, "method": receipt.method, **receipt.extra},
+            }
+    return _report(request.args, request.method, response, payment)
 
 
 def _session_offer(response: httpx.Response) -> SessionOffer | None:
@@ -451,6 +509,12 @@ def _payment_line(payment: dict[str, Any] | None) -> str:
             f"paid {payment['amountDecimal']} {how} ({payment['amount']} base units of "
             f"{payment['token']} to {payment['payTo']}), transaction {payment['transaction']}"
         )
+    if payment["kind"] == "mpp":
+        return (
+            f"paid {payment['amountDecimal']} with an MPP charge ({payment['amount']} base "
+            f"units of {payment['token']} to {payment['recipient']}), transaction "
+            f"{payment['transaction']}"
+        )
     if payment["kind"] == "session":
         return (
             f"paid {payment['amountDecimal']} with a voucher on session {payment['session']} "
@@ -572,6 +636,12 @@ def register(subparsers: Subparsers) -> None:
         metavar="AMOUNT",
         help="what a new session escrows (default: the gate's suggested deposit), at most "
         "--max-amount",
+    )
+    p.add_argument(
+        "--protocol",
+        choices=["svcpay", "x402", "mpp"],
+        help="pay a one-time price with this protocol (default: svcpay's own when offered, "
+        "then x402, then MPP charge)",
     )
     p.add_argument(
         "--timeout", type=float, default=60.0, metavar="SECS", help="HTTP timeout (default: 60)"

@@ -43,6 +43,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Collection, Generator, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 import httpx
@@ -58,6 +59,7 @@ from svcpay.protocol import mpp
 from svcpay.protocol.errors import (
     InvalidPaymentProof,
     NoAcceptableOption,
+    OriginNotAllowed,
     PaymentError,
     PaymentRefused,
     SpendingLimitExceeded,
@@ -74,6 +76,48 @@ T = TypeVar("T")
 
 
 PROTOCOLS = ("svcpay", "x402", "mpp")  # the default preference, most preferred first
+DAY_SECS = 86_400
+
+
+@dataclass(frozen=True)
+class SpendingPolicy:
+    """What a paying client may spend, beside `PaymentAuth`'s limits (pay-kit's client
+    permissions, plus a daily budget). None: no restriction of that kind.
+
+    Args:
+        origins: the origins ("https://api.example.com", scheme://host[:port]) it may pay.
+        assets: the mints it may pay in.
+        max_per_payment: base units one payment (or one deposit, one first period) may cost.
+        max_per_origin_per_day: base units paid to one origin in the last 24 hours, at most.
+        daily_budget: base units paid to every origin in the last 24 hours, at most.
+    """
+
+    origins: frozenset[str] | None = None
+    assets: frozenset[str] | None = None
+    max_per_payment: int | None = None
+    max_per_origin_per_day: int | None = None
+    daily_budget: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("origins", "assets"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                raise TypeError(f"SpendingPolicy.{name} is a set of strings, not one string")
+            if value is not None:
+                object.__setattr__(self, name, frozenset(value))
+        if self.origins is not None:
+            object.__setattr__(self, "origins", frozenset(_normal(o) for o in self.origins))
+        for name in ("max_per_payment", "max_per_origin_per_day", "daily_budget"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"SpendingPolicy.{name} cannot be negative")
+
+
+@dataclass(frozen=True)
+class _Spent:
+    at: float  # time.monotonic()
+    amount: int
+    origin: str
 
 
 class PaymentAuth(httpx.Auth):
@@ -98,6 +142,7 @@ class PaymentAuth(httpx.Auth):
         session_secs: int = 86_400,
         tabs: Tabs | None = None,
         protocols: Sequence[str] = ("svcpay", "x402", "mpp"),
+        policy: SpendingPolicy | None = None,
     ) -> None:
         """Args:
         owner: the wallet that pays (token authority of its associated token accounts).
@@ -119,6 +164,8 @@ class PaymentAuth(httpx.Auth):
         protocols: the wire protocols this client pays one-time prices with, in order of
             preference, when a 402 offers several (PROTOCOLS: svcpay's proof or
             subscription, x402 `exact`, MPP `charge`); sessions come first when offered.
+        policy: a `SpendingPolicy` beside the limits: the origins and assets this client
+            may pay, a cap per payment, per origin per day, and a daily budget.
         """
         self.owner, self.rpc, self.facilitator = owner, rpc, facilitator
         self.max_per_request, self.max_per_period, self.period_secs = (
@@ -143,37 +190,79 @@ class PaymentAuth(httpx.Auth):
         self.tabs = tabs if tabs is not None else Tabs()
         self._known_offers: dict[str, SessionOffer] = {}  # by URL (no query): paid by session
         self._program = billing.program_id if billing is not None else PROGRAM_ID
-        self._spent: deque[tuple[float, int]] = deque()
+        self._spent: deque[_Spent] = deque()
+        self.policy = policy or SpendingPolicy()
         self._loop: asyncio.AbstractEventLoop | None = None  # httpx.Client's flows run here
         self._loop_lock = threading.Lock()
 
     def _allowed(self, token: str) -> bool:
+        if self.policy.assets is not None and token not in self.policy.assets:
+            return False
         return self.allowed_tokens is None or token in self.allowed_tokens
 
-    def _reserve(self, amount: int) -> tuple[float, int]:
-        """Counts `amount` as spent (SpendingLimitExceeded if that passes a limit); returns
-        the entry, for `_release` when nothing was paid after all."""
+    def _check_origin(self, origin: str) -> None:
+        if self.policy.origins is not None and origin not in self.policy.origins:
+            raise OriginNotAllowed(
+                f"{origin} is not among the origins this client may pay "
+                f"({', '.join(sorted(self.policy.origins)) or 'none'})"
+            )
+
+    def _reserve(self, amount: int, origin: str = "", asset: str = "") -> _Spent:
+        """Counts `amount` (of `asset`, paid to `origin`) as spent: SpendingLimitExceeded if
+        that passes a limit or the policy, OriginNotAllowed for an origin it does not list;
+        returns the entry, for `_release` when nothing was paid after all."""
+        policy = self.policy
+        self._check_origin(origin)
+        if asset and policy.assets is not None and asset not in policy.assets:
+            raise SpendingLimitExceeded(f"{asset} is not among the assets this client may pay in")
         if amount > self.max_per_request:
             raise SpendingLimitExceeded(
                 f"{amount} base units is above the per-request limit {self.max_per_request}"
             )
+        if policy.max_per_payment is not None and amount > policy.max_per_payment:
+            raise SpendingLimitExceeded(
+                f"{amount} base units is above the policy's per-payment cap "
+                f"{policy.max_per_payment}"
+            )
         now = time.monotonic()
-        while self._spent and now - self._spent[0][0] > self.period_secs:
+        horizon = max(self.period_secs, DAY_SECS)
+        while self._spent and now - self._spent[0].at > horizon:
             self._spent.popleft()
-        if (
-            self.max_per_period is not None
-            and sum(a for _, a in self._spent) + amount > self.max_per_period
-        ):
+        in_period = sum(e.amount for e in self._spent if now - e.at <= self.period_secs)
+        if self.max_per_period is not None and in_period + amount > self.max_per_period:
             raise SpendingLimitExceeded(
                 f"paying {amount} would pass the limit {self.max_per_period} per period"
             )
-        entry = (now, amount)
+        today = [e for e in self._spent if now - e.at <= DAY_SECS]
+        budget = policy.daily_budget
+        if budget is not None and sum(e.amount for e in today) + amount > budget:
+            raise SpendingLimitExceeded(
+                f"paying {amount} would pass the daily budget {policy.daily_budget} "
+                "(the last 24 hours, every origin)"
+            )
+        if policy.max_per_origin_per_day is not None:
+            spent_here = sum(e.amount for e in today if e.origin == origin)
+            if spent_here + amount > policy.max_per_origin_per_day:
+                raise SpendingLimitExceeded(
+                    f"paying {amount} would pass the cap {policy.max_per_origin_per_day} per "
+                    f"origin per day for {origin}"
+                )
+        entry = _Spent(now, amount, origin)
         self._spent.append(entry)
         return entry
 
-    def _release(self, entry: tuple[float, int]) -> None:
+    def _release(self, entry: _Spent) -> None:
         if entry in self._spent:
             self._spent.remove(entry)
+
+    def spent_today(self, origin: str | None = None) -> int:
+        """Base units paid in the last 24 hours (to `origin` only, when given)."""
+        now = time.monotonic()
+        return sum(
+            e.amount
+            for e in self._spent
+            if now - e.at <= DAY_SECS and (origin is None or e.origin == origin)
+        )
 
     def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response]:
         """The same flow for `httpx.Client`: each step of `_flow` runs on this auth's private
@@ -234,6 +323,7 @@ class PaymentAuth(httpx.Auth):
         """The payment logic, for both clients: yields requests, is sent their responses
         (bodies already read)."""
         where = _resource_key(request)
+        origin = _origin(request)
         known = self._known_offers.get(where) if self.sessions else None
         if known is not None and self.tabs.get(tab_key(known)) is not None:
             response = None  # a voucher goes with the first request: no 402 round trip
@@ -242,11 +332,12 @@ class PaymentAuth(httpx.Auth):
             response = yield request
             if response.status_code != 402:
                 return
+            self._check_origin(origin)
             offer = self._session_offer(response) if self.sessions else None
         if offer is not None:
             self._known_offers[where] = offer
             for _ in range(2):  # a tab whose session ended is replaced once
-                tab = await self._tab(offer) if offer is not None else None
+                tab = await self._tab(offer, origin) if offer is not None else None
                 if offer is None or tab is None:
                     break
                 async with tab.lock:  # one request at a time per session
@@ -285,7 +376,7 @@ class PaymentAuth(httpx.Auth):
             return  # no 402 this client speaks: hand it back unchanged
         for protocol in self.protocols:
             if protocol == "svcpay" and terms is not None:
-                sub_id = await self._subscription_for(terms)
+                sub_id = await self._subscription_for(terms, origin)
                 if sub_id is not None:
                     request.headers[X_SVC_SUB] = sub_id
                     yield request
@@ -293,7 +384,7 @@ class PaymentAuth(httpx.Auth):
                 option = self._one_time(terms)
                 if option is None or not (self.facilitator or _named_facilitator(option)):
                     continue
-                self._reserve(option.amount_units)
+                self._reserve(option.amount_units, origin, option.token)
                 request.headers[X_PAYMENT] = await self._pay(option)
                 for attempt in range(self.retries + 1):
                     response = yield request
@@ -310,14 +401,14 @@ class PaymentAuth(httpx.Auth):
                     await asyncio.sleep(0.2 * 2**attempt)
                 return
             if protocol == "x402" and required is not None:
-                name, value = await self._pay_x402(required)
+                name, value = await self._pay_x402(required, origin)
                 request.headers[name] = value
                 response = yield request
                 if response.status_code == 402:
                     raise PaymentRefused(x402.refusal_reason(response))
                 return
             if protocol == "mpp" and charges:
-                request.headers["authorization"] = await self._pay_mpp(charges)
+                request.headers["authorization"] = await self._pay_mpp(charges, origin)
                 response = yield request
                 if response.status_code == 402:
                     detail = _problem(response).get("detail") or response.text[:200]
@@ -359,7 +450,7 @@ class PaymentAuth(httpx.Auth):
     def _sessions_client(self) -> Sessions:
         return Sessions(self.billing or BillingClient(self.rpc, self._program))
 
-    async def _tab(self, offer: SessionOffer) -> Tab | None:
+    async def _tab(self, offer: SessionOffer, origin: str) -> Tab | None:
         """The open tab for this gate, opened now if there is none and the limits allow the
         deposit; None: pay another way."""
         key = tab_key(offer)
@@ -371,7 +462,7 @@ class PaymentAuth(httpx.Auth):
         if deposit < offer.amount:
             return None  # not one call's worth within the limits
         try:
-            entry = self._reserve(deposit)
+            entry = self._reserve(deposit, origin, str(offer.currency))
         except SpendingLimitExceeded:
             return None
         key_pair = Keypair()
@@ -390,14 +481,14 @@ class PaymentAuth(httpx.Auth):
         self.tabs.put(key, tab)
         return tab
 
-    async def _top_up(self, offer: SessionOffer, tab: Tab, price: int) -> bool:
+    async def _top_up(self, offer: SessionOffer, tab: Tab, price: int, origin: str) -> bool:
         """Adds another deposit's worth when the tab cannot pay `price`; False when the
         limits refuse it."""
         amount = min(self.session_deposit or tab.deposit, self.max_per_request)
         if amount < price:
             return False
         try:
-            entry = self._reserve(amount)
+            entry = self._reserve(amount, origin, str(offer.currency))
         except SpendingLimitExceeded:
             return False
         try:
@@ -416,7 +507,7 @@ class PaymentAuth(httpx.Auth):
         a fresh challenge) and retries up to `retries` times."""
         price = offer.amount
         for attempt in range(self.retries + 1):
-            if tab.left() < price and not await self._top_up(offer, tab, price):
+            if tab.left() < price and not await self._top_up(offer, tab, price, _origin(request)):
                 raise SpendingLimitExceeded(
                     f"the session {tab.channel} has {tab.left()} left, and topping it up "
                     "would pass the spending limits"
@@ -465,7 +556,7 @@ class PaymentAuth(httpx.Auth):
                 await sessions.request_close(tab.channel, self.owner)
             self.tabs.drop(key)
 
-    async def _subscription_for(self, terms: PaymentRequired) -> str | None:
+    async def _subscription_for(self, terms: PaymentRequired, origin: str) -> str | None:
         for option in terms.accepts:
             if not option.is_subscription or option.svc is None or option.svc.plan_id is None:
                 continue
@@ -501,7 +592,7 @@ class PaymentAuth(httpx.Auth):
                     return str(address)
                 if not self._allowed(str(on_chain.mint)):
                     continue  # not a token this client may pay in
-                self._reserve(on_chain.amount)
+                self._reserve(on_chain.amount, origin, str(on_chain.mint))
                 sub_id = str(await self.billing.subscribe(plan, self.owner))
                 self.subscriptions[plan] = sub_id
                 return sub_id
@@ -524,7 +615,7 @@ class PaymentAuth(httpx.Auth):
     async def _pay_through(self, facilitator: httpx.AsyncClient, option: PaymentOption) -> str:
         return await proof_client.authorize(facilitator, self.rpc, self.owner, option)
 
-    async def _pay_x402(self, required: x402.AnyRequired) -> tuple[str, str]:
+    async def _pay_x402(self, required: x402.AnyRequired, origin: str) -> tuple[str, str]:
         """The header paying `required` (x402 v2 or v1), within the limits."""
         networks = await self._x402_networks()
         usable = x402.solana_options(required, networks)
@@ -542,7 +633,7 @@ class PaymentAuth(httpx.Auth):
             )
         # The server's first choice within the per-request limit (else the first, refused).
         option = next((o for o in allowed if x402.amount_of(o) <= self.max_per_request), allowed[0])
-        entry = self._reserve(x402.amount_of(option))
+        entry = self._reserve(x402.amount_of(option), origin, option.asset)
         try:
             payload = await self.x402.payload(option, required, payment_id=_payment_id())
         except x402.CannotPay as e:
@@ -550,7 +641,7 @@ class PaymentAuth(httpx.Auth):
             raise PaymentError(f"cannot pay the server's x402 terms: {e}") from e
         return x402.payment_header(payload)
 
-    async def _pay_mpp(self, charges: list[charge_client.ChargeOffer]) -> str:
+    async def _pay_mpp(self, charges: list[charge_client.ChargeOffer], origin: str) -> str:
         """The `Authorization: Payment` value paying the first charge this client may pay
         (pull before push, as the server ordered them), within the limits."""
         allowed = [c for c in charges if self._allowed(c.mint)]
@@ -560,7 +651,7 @@ class PaymentAuth(httpx.Auth):
                 f"the server asks for tokens this client may not pay in: {mints}"
             )
         offer = next((c for c in allowed if c.amount <= self.max_per_request), allowed[0])
-        entry = self._reserve(offer.amount)
+        entry = self._reserve(offer.amount, origin, offer.mint)
         try:
             return await self.charges.credential(offer)
         except Exception as e:
@@ -586,6 +677,18 @@ def _network_names(networks: Collection[str]) -> frozenset[str]:
             )
         names.add(name)
     return frozenset(names)
+
+
+def _origin(request: httpx.Request) -> str:
+    return _normal(str(request.url))
+
+
+def _normal(url: str) -> str:
+    """scheme://host[:port] of `url`, the port left out when it is the scheme's default."""
+    parsed = httpx.URL(url)
+    default = {"http": 80, "https": 443}.get(parsed.scheme)
+    port = f":{parsed.port}" if parsed.port is not None and parsed.port != default else ""
+    return f"{parsed.scheme}://{parsed.host}{port}"
 
 
 def _resource_key(request: httpx.Request) -> str:

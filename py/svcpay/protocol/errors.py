@@ -20,6 +20,11 @@ class SpendingLimitExceeded(PaymentError):
     """Paying would pass a limit the user set; nothing was paid."""
 
 
+class OriginNotAllowed(PaymentError):
+    """The 402 came from an origin the client's SpendingPolicy does not list; nothing was
+    paid."""
+
+
 class NoAcceptableOption(PaymentError):
     """The 402 offers nothing this client can pay (network, scheme, token, subscription
     only, or no facilitator to settle through)."""

@@ -67,7 +67,14 @@ def api(handled: list[str]) -> Starlette:
             return JSONResponse({"error": "down"}, status_code=500)
         return JSONResponse({"data": 42})
 
-    return Starlette(routes=[Route(p, data) for p in ("/v1/data", "/v1/fail", "/v1/before")])
+    async def order(request: Request) -> JSONResponse:
+        handled.append(f"POST {request.url.path}")
+        return JSONResponse({"order": len(handled)}, status_code=201)
+
+    return Starlette(
+        routes=[Route(p, data) for p in ("/v1/data", "/v1/fail", "/v1/before")]
+        + [Route("/v1/order", order, methods=["POST"])]
+    )
 
 
 @pytest.fixture
@@ -86,6 +93,7 @@ async def shop(validator: Localnet, chain: Chain) -> AsyncIterator[Shop]:
                 "/v1/data": [OneTime(PRICE)],
                 "/v1/fail": [OneTime(PRICE)],
                 "/v1/before": [OneTime(PRICE, settle="before")],
+                "/v1/order": [OneTime(PRICE)],
             },
             terms=terms,
             memos=Memos(b"mpp-charge-memo-secret-0123"),
@@ -352,3 +360,28 @@ async def test_the_spending_policy_decides_before_money_moves(shop: Shop) -> Non
     assert shop.market.received() == 3 * PRICE and budget.spent_today() == 2 * PRICE
     with pytest.raises(TypeError):
         SpendingPolicy(origins="http://api")  # type: ignore[arg-type]
+
+
+async def test_an_idempotency_key_gets_the_first_paid_answer_again(shop: Shop) -> None:
+    """A POST paid with an MPP charge and an Idempotency-Key, sent again (a retry after a
+    lost answer), gets the first answer without a second run or charge; the key with
+    another credential is a 409."""
+    reply = await shop.http.post("/v1/order")
+    pull = pull_of(mpp.parse_challenges(reply.headers.get_list("www-authenticate")))
+    value = pulled(pull, await transaction(shop, pull))
+    headers = {"Authorization": value, "Idempotency-Key": "order-7"}
+    first = await shop.http.post("/v1/order", headers=headers)
+    assert first.status_code == 201 and first.json() == {"order": 1}
+    again = await shop.http.post("/v1/order", headers=headers)
+    assert (again.status_code, again.json()) == (201, {"order": 1})
+    assert again.headers["payment-receipt"] == first.headers["payment-receipt"]
+    assert shop.handled == ["POST /v1/order"] and shop.market.received() == PRICE
+    other = pulled(pull, await transaction(shop, pull))
+    conflict = await shop.http.post(
+        "/v1/order", headers={"Authorization": other, "Idempotency-Key": "order-7"}
+    )
+    assert conflict.status_code == 409 and shop.market.received() == PRICE
+    too_long = await shop.http.post(
+        "/v1/order", headers={"Authorization": other, "Idempotency-Key": "k" * 256}
+    )
+    assert too_long.status_code == 400

@@ -34,7 +34,7 @@ from svcpay.schemes.payment_auth import Intent, PaymentAuthScheme
 from svcpay.schemes.session.server import SessionScheme
 from svcpay.schemes.subscription.server import Meter, Subscriptions, SubscriptionScheme
 from svcpay.schemes.svcpay_proof.server import ProofScheme
-from svcpay.schemes.x402_exact.idempotency import PaymentIdStore
+from svcpay.schemes.x402_exact.idempotency import PaymentIdStore, shared_with
 from svcpay.schemes.x402_exact.server import X402Facilitator, X402Options, X402Server
 from svcpay.schemes.x402_exact.settling import Guard
 
@@ -110,7 +110,16 @@ class GateCore:
         ):
             guard = self.x402.guard if self.x402 is not None else Guard()
             issuer = mpp.ChallengeIssuer(self.memos.derive(b"svcpay mpp challenges"), "svcpay")
-            self.charge = ChargeIntent(self.terms, self.memos, issuer, self.replay, settler, guard)
+            ids = self.x402.payment_ids if self.x402 is not None else self.payment_ids
+            self.charge = ChargeIntent(
+                self.terms,
+                self.memos,
+                issuer,
+                self.replay,
+                settler,
+                guard,
+                payment_ids=ids if ids is not None else shared_with(self.replay),
+            )
             intents.append(self.charge)
         if "mpp" in wanted and self.subscriptions is not None:
             issuer = mpp.ChallengeIssuer(self.memos.derive(b"svcpay mpp challenges"), "svcpay")

@@ -19,9 +19,12 @@ id), unexpired, for this route's price and resource, and its payload pays it:
   finds the transaction at `confirmed`, checks it the same way and records it once
   (`POST /mpp/charge/verify`) before the handler runs.
 A paid answer carries `Payment-Receipt` (`{status, method, timestamp, reference,
-challengeId, externalId}`). Failures are 402 problems of the draft's types with fresh
-challenges. The facilitator's back-pressure (`settling.Guard`) is the x402 path's: at most
-that many payments wait for it, and a breaker answers 503 while it keeps failing.
+challengeId, externalId}`). On a non-idempotent method (POST, PUT, PATCH, DELETE) an
+`Idempotency-Key` with the same credential gets the first paid answer again (with another
+credential, a 409), kept beside the replay store as x402's payment identifiers are.
+Failures are 402 problems of the draft's types with fresh challenges. The facilitator's
+back-pressure (`settling.Guard`) is the x402 path's: at most that many payments wait for
+it, and a breaker answers 503 while it keeps failing.
 """
 
 from __future__ import annotations
@@ -57,10 +60,13 @@ from svcpay.schemes.mpp_charge.wire import (
     VerifyCharge,
     parse_charge_request,
 )
+from svcpay.schemes.x402_exact.idempotency import PaymentIdStore
 from svcpay.schemes.x402_exact.settling import Guard
 
 log = logging.getLogger("svcpay.gate.mpp")
 CHALLENGE_SECS = 300
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+MAX_IDEMPOTENCY_KEY = 255
 CLAIM_MARGIN_SECS = 60
 
 
@@ -83,6 +89,7 @@ class ChargeIntent:
         push: bool = True,
         challenge_secs: int = CHALLENGE_SECS,
         clock: Callable[[], float] = time.time,
+        payment_ids: PaymentIdStore | None = None,
     ) -> None:
         if terms.owner is None or terms.fee_payer is None:
             raise ValueError("MPP charge needs Terms.owner and Terms.fee_payer, as x402 does")
@@ -90,6 +97,7 @@ class ChargeIntent:
         self.facilitator, self.guard = facilitator, guard
         self.decimals, self.token_program, self.push = decimals, token_program, push
         self.challenge_secs, self.clock = challenge_secs, clock
+        self.payment_ids = payment_ids
         self.fee_payer = Pubkey.from_string(terms.fee_payer)
         self.network = NETWORKS.get(terms.network, "localnet")
 
@@ -133,6 +141,35 @@ class ChargeIntent:
 
     # -- a credential ----------------------------------------------------------------------
     async def admit(
+        self, request: Request, pricing: list[PricingEntry], header: bytes
+    ) -> Reply | Admit:
+        key = request.headers.get(b"idempotency-key")
+        if key is None or request.method in IDEMPOTENT or self.payment_ids is None:
+            return await self._admit(request, pricing, header)
+        if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY:
+            return Reply.json(
+                400,
+                {
+                    "error": "InvalidIdempotencyKey",
+                    "message": f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} bytes",
+                },
+            )
+        pid = "idem:" + key.decode("latin-1")
+        fingerprint = hashlib.sha256(header).digest()
+        if (stored := await self.payment_ids.begin(request.resource, pid, fingerprint)) is not None:
+            return stored
+        try:
+            decided = await self._admit(request, pricing, header)
+        except BaseException:
+            await self.payment_ids.abandon(request.resource, pid)
+            raise
+        if isinstance(decided, _Charge):
+            decided.keep_as(self.payment_ids, request.resource, pid)
+        else:
+            await self.payment_ids.abandon(request.resource, pid)
+        return decided
+
+    async def _admit(
         self, request: Request, pricing: list[PricingEntry], header: bytes
     ) -> Reply | Admit:
         refuse = _Refuser(self, request, pricing)
@@ -294,6 +331,12 @@ class _Charge(Admit):
         self.receipt: ChargeAnswer | None = None
         self.pending = False
         self.claimed, self.counted = True, True
+        self.kept: tuple[PaymentIdStore, str, str] | None = None
+        self.sent: RawHeaders = []
+
+    def keep_as(self, store: PaymentIdStore, scope: str, pid: str) -> None:
+        """Store the paid answer under the request's Idempotency-Key."""
+        self.kept, self.capture = (store, scope, pid), True
 
     def done(self) -> None:
         if self.counted:
@@ -359,6 +402,7 @@ class _Charge(Admit):
             if isinstance(result, Reply):
                 return result
         if self.pending:
+            self.sent = [*headers, (b"x-svc-settlement", b"pending")]
             return [(b"x-svc-settlement", b"pending")]
         assert self.receipt is not None
         receipt = mpp.Receipt(
@@ -368,11 +412,20 @@ class _Charge(Admit):
             challenge_id=self.echo.id,
             extra={"externalId": self.charge.external_id},
         )
-        return [(b"payment-receipt", receipt.header().encode())]
+        extra = [(b"payment-receipt", receipt.header().encode())]
+        self.sent = [*headers, *extra]
+        return extra
 
     async def end(self, status: int | None, body: bytes | None) -> None:
-        if self.receipt is None and not self.pending:  # the handler or settling failed
+        paid = self.receipt is not None or self.pending
+        if not paid:  # the handler or settling failed
             await self.release()
+        if self.kept is not None:
+            store, scope, pid = self.kept
+            if paid and status is not None and body is not None and self.sent:
+                await store.finish(scope, pid, status, self.sent, body)
+            else:
+                await store.abandon(scope, pid)
 
 
 def _unavailable(why: str, retry_after: int) -> Reply:

@@ -10,6 +10,9 @@ import hashlib
 import hmac
 
 import pytest
+import rfc8785
+from hypothesis import given
+from hypothesis import strategies as st
 
 from svcpay.protocol import mpp
 
@@ -89,3 +92,28 @@ def test_problems_carry_the_drafts_types(kind: str) -> None:
     assert body["type"] == f"https://paymentauth.org/problems/{kind}"
     assert body["status"] == (400 if kind == "method-unsupported" else 402)
     assert body["detail"] == "why" and body["title"]
+
+
+plain = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53) + 1, 2**53 - 1)
+    | st.text(st.characters(max_codepoint=127)),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(st.characters(max_codepoint=127), max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(plain)
+def test_the_fast_canonical_form_is_jcs(value: object) -> None:
+    """encode_json skips rfc8785 (pure Python) for ASCII text, integers, booleans, lists and
+    objects, where sorted compact JSON is JCS: the bytes must be the same."""
+    assert mpp.encode_json(value) == mpp.b64url(rfc8785.dumps(value))
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False) | st.text(min_size=1))
+def test_anything_else_goes_through_rfc8785(value: object) -> None:
+    assert mpp.encode_json({"v": value}) == mpp.b64url(rfc8785.dumps({"v": value}))

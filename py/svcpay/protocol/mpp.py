@@ -61,8 +61,36 @@ def unb64url(text: str) -> bytes:
 
 
 def encode_json(value: Any) -> str:
-    """JCS, then base64url without padding (the `request` param, credentials, receipts)."""
+    """JCS, then base64url without padding (the `request` param, credentials, receipts).
+    JSON of ASCII strings, integers, booleans, null, lists and objects is JCS already when
+    its keys are sorted and nothing is spaced (json.dumps, in C); anything else (floats,
+    non-ASCII text) goes through rfc8785, which is pure Python."""
+    if _plain(value):
+        return b64url(json.dumps(value, sort_keys=True, separators=(",", ":")).encode())
     return b64url(rfc8785.dumps(value))
+
+
+def _ascii(text: str) -> bool:
+    """ASCII that json.dumps writes as JCS does (it escapes DEL, which JCS leaves raw)."""
+    return text.isascii() and "\x7f" not in text
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, str):
+        return _ascii(value)
+    if value is None or isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return abs(value) < 2**53  # JCS refuses larger integers (they are not I-JSON)
+    if depth > 16:
+        return False
+    if isinstance(value, dict):
+        return all(
+            isinstance(k, str) and _ascii(k) and _plain(v, depth + 1) for k, v in value.items()
+        )
+    if isinstance(value, list):
+        return all(_plain(v, depth + 1) for v in value)
+    return False
 
 
 def encode_plain(value: dict[str, str | int]) -> str:

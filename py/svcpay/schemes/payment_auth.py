@@ -8,11 +8,14 @@ Basic) are not claimed and reach the app. docs/adr/0025.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from svcpay.protocol import mpp
 from svcpay.protocol.pricing import PricingEntry
 from svcpay.schemes.decision import Admit, Offer, PaymentRequiredFn, RawHeaders, Reply, Request
+
+Memos = Mapping[Any, str]  # OneTime -> the memo issued for it
 
 
 class Intent(Protocol):
@@ -25,7 +28,11 @@ class Intent(Protocol):
         """Whether the route has a price this intent pays."""
         ...
 
-    def challenges(self, request: Request, pricing: list[PricingEntry]) -> RawHeaders: ...
+    def challenges(
+        self, request: Request, pricing: list[PricingEntry], memos: Memos | None = None
+    ) -> RawHeaders:
+        """`memos`: the memos a 402's svcpay body issued, per one-time entry, to reuse."""
+        ...
 
     async def admit(
         self, request: Request, pricing: list[PricingEntry], header: bytes
@@ -44,9 +51,11 @@ class PaymentAuthScheme:
         return auth is not None and mpp.is_payment_authorization(auth)
 
     def offer(self, offer: Offer) -> RawHeaders:
-        return self.challenges(offer.request, offer.pricing)
+        return self.challenges(offer.request, offer.pricing, dict(offer.memos))
 
-    def challenges(self, request: Request, pricing: list[PricingEntry]) -> RawHeaders:
+    def challenges(
+        self, request: Request, pricing: list[PricingEntry], memos: Memos | None = None
+    ) -> RawHeaders:
         """Each offered intent's challenges, filtered and ordered by the client's
         `Accept-Payment` when it sends one (an intent it gives q=0, or does not name
         while naming others, is left out; ties keep the server's order)."""
@@ -56,7 +65,7 @@ class PaymentAuthScheme:
             wanted = accepted(accept.decode("latin-1"))
             ranked = [(q, n, i) for n, i in enumerate(intents) if (q := rank(wanted, i)) > 0]
             intents = [i for _, _, i in sorted(ranked, key=lambda t: (-t[0], t[1]))]
-        return [h for i in intents for h in i.challenges(request, pricing)]
+        return [h for i in intents for h in i.challenges(request, pricing, memos)]
 
     def refuse(
         self,

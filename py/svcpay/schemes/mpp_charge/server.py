@@ -34,7 +34,7 @@ import binascii
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from solders.message import to_bytes_versioned
@@ -105,11 +105,16 @@ class ChargeIntent:
     def serves(self, pricing: list[PricingEntry]) -> bool:
         return any(isinstance(e, OneTime) for e in pricing)
 
-    def request_json(self, request: Request, entry: OneTime, *, pull: bool) -> dict[str, Any]:
+    def request_json(
+        self, request: Request, entry: OneTime, *, pull: bool, memo: str | None = None
+    ) -> dict[str, Any]:
+        """The charge's `request`; `memo` (bound to the resource and price) is issued here
+        unless given."""
         terms = self.terms
-        memo = self.memos.issue(
-            MemoTerms(request.resource, str(entry.amount), terms.pay_to, terms.token)
-        )
+        if memo is None:
+            memo = self.memos.issue(
+                MemoTerms(request.resource, str(entry.amount), terms.pay_to, terms.token)
+            )
         details: dict[str, Any] = {
             "network": self.network,
             "decimals": self.decimals,
@@ -126,16 +131,26 @@ class ChargeIntent:
             "methodDetails": details,
         }
 
-    def challenges(self, request: Request, pricing: list[PricingEntry]) -> RawHeaders:
+    def challenges(
+        self,
+        request: Request,
+        pricing: list[PricingEntry],
+        memos: Mapping[Any, str] | None = None,
+    ) -> RawHeaders:
+        """One challenge per one-time price to pull (and one to push), each bound to the
+        price's memo: the one svcpay's body issued when given, else one issued here."""
         expires = int(self.clock()) + self.challenge_secs
+        terms = self.terms
         headers: RawHeaders = []
         for entry in pricing:
             if not isinstance(entry, OneTime):
                 continue
+            memo = (memos or {}).get(entry) or self.memos.issue(
+                MemoTerms(request.resource, str(entry.amount), terms.pay_to, terms.token)
+            )
             for pull in (True, False) if self.push else (True,):
-                challenge = self.issuer.issue(
-                    METHOD, INTENT, self.request_json(request, entry, pull=pull), expires=expires
-                )
+                asked = self.request_json(request, entry, pull=pull, memo=memo)
+                challenge = self.issuer.issue(METHOD, INTENT, asked, expires=expires)
                 headers.append((b"www-authenticate", challenge.header().encode()))
         return headers
 

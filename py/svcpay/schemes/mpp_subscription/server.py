@@ -90,7 +90,9 @@ class SubscriptionIntent:
             },
         }
 
-    def challenges(self, request: Request, pricing: list[PricingEntry]) -> RawHeaders:
+    def challenges(
+        self, request: Request, pricing: list[PricingEntry], memos: Any = None
+    ) -> RawHeaders:
         expires = int(self.clock()) + self.challenge_secs
         return [
             (

@@ -158,7 +158,9 @@ class SessionScheme:
     def serves(self, pricing: list[PricingEntry]) -> bool:
         return any(isinstance(e, Session) for e in pricing)
 
-    def challenges(self, request: Request, pricing: list[PricingEntry]) -> RawHeaders:
+    def challenges(
+        self, request: Request, pricing: list[PricingEntry], memos: Any = None
+    ) -> RawHeaders:
         return self.headers(pricing)
 
     def headers(self, pricing: list[PricingEntry]) -> RawHeaders:

@@ -93,7 +93,7 @@ async def shop(validator: Localnet, chain: Chain) -> AsyncIterator[Shop]:
                 "/v1/data": [OneTime(PRICE)],
                 "/v1/fail": [OneTime(PRICE)],
                 "/v1/before": [OneTime(PRICE, settle="before")],
-                "/v1/order": [OneTime(PRICE)],
+                "/v1/order": [OneTime(PRICE, description="an order")],
             },
             terms=terms,
             memos=Memos(b"mpp-charge-memo-secret-0123"),
@@ -368,6 +368,7 @@ async def test_an_idempotency_key_gets_the_first_paid_answer_again(shop: Shop) -
     another credential is a 409."""
     reply = await shop.http.post("/v1/order")
     pull = pull_of(mpp.parse_challenges(reply.headers.get_list("www-authenticate")))
+    assert pull.description == "an order" == pull.request_json["description"]
     value = pulled(pull, await transaction(shop, pull))
     headers = {"Authorization": value, "Idempotency-Key": "order-7"}
     first = await shop.http.post("/v1/order", headers=headers)

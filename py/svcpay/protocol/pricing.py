@@ -20,10 +20,13 @@ class OneTime:
 
     `settle` applies to x402 payments (svcpay proofs arrive settled): "after" (x402's
     order, the default) verifies, runs the handler and settles only below 400; "before"
-    settles before the handler runs (for handlers whose effect cannot be taken back)."""
+    settles before the handler runs (for handlers whose effect cannot be taken back), for
+    x402 and MPP charges alike. `description` says what is sold (MPP's challenges carry
+    it)."""
 
     amount: int
     settle: Literal["after", "before"] = "after"
+    description: str = ""
 
     def __post_init__(self) -> None:
         if self.settle not in ("after", "before"):

@@ -123,13 +123,16 @@ class ChargeIntent:
         }
         if pull:
             details["feePayerKey"] = terms.fee_payer
-        return {
+        asked: dict[str, Any] = {
             "amount": str(entry.amount),
             "currency": terms.token,
             "recipient": terms.owner,
             "externalId": memo,
             "methodDetails": details,
         }
+        if entry.description:
+            asked["description"] = entry.description
+        return asked
 
     def challenges(
         self,
@@ -150,7 +153,9 @@ class ChargeIntent:
             )
             for pull in (True, False) if self.push else (True,):
                 asked = self.request_json(request, entry, pull=pull, memo=memo)
-                challenge = self.issuer.issue(METHOD, INTENT, asked, expires=expires)
+                challenge = self.issuer.issue(
+                    METHOD, INTENT, asked, expires=expires, description=entry.description
+                )
                 headers.append((b"www-authenticate", challenge.header().encode()))
         return headers
 

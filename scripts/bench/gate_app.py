@@ -1,7 +1,8 @@
 """The benchmark's server app: a FastAPI API (the same handler on every route) behind the gate,
 configured by environment variables that scripts/bench/gate_http.py sets (uvicorn imports
-`app` from here). BENCH_NO_GATE=1 serves the API bare; BENCH_FACILITATOR_URL sends x402
-payments to that HTTP facilitator (else to one in process that answers at once)."""
+`app` from here). BENCH_NO_GATE=1 serves the API bare; BENCH_FACILITATOR_URL sends x402 and MPP
+payments and MPP charges to that HTTP facilitator (else to one in process that answers at
+once)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,18 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from scripts.bench.gate_rps import SESSION_PRICE, InstantFacilitator, session_keys, session_scheme
+from scripts.bench.gate_rps import (
+    SESSION_PRICE,
+    InstantCharges,
+    InstantFacilitator,
+    session_keys,
+    session_scheme,
+)
 from svcpay.gate import OneTime, Session, Subscription, payment_gate
 from svcpay.gate.pricing import Terms
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.replay import MemoryReplayStore
+from svcpay.schemes.mpp_charge.facilitator_client import ChargeFacilitatorClient
 from svcpay.schemes.x402_exact.facilitator_client import X402FacilitatorClient
 
 api = FastAPI()
@@ -69,6 +77,9 @@ if not env.get("BENCH_NO_GATE"):
         subscriptions=WarmSubscriptions(env["BENCH_PLAN"], env["BENCH_SUB"]),
         x402_facilitator=(
             X402FacilitatorClient(facilitator_url) if facilitator_url else InstantFacilitator()
+        ),
+        mpp_facilitator=(
+            ChargeFacilitatorClient(facilitator_url) if facilitator_url else InstantCharges()
         ),
     )
 

@@ -35,8 +35,10 @@ from solders.pubkey import Pubkey
 from spl.token.instructions import get_associated_token_address
 
 from scripts.bench.gate_rps import (
+    InstantCharges,
     InstantFacilitator,
     bare_app,
+    mpp_headers,
     session_headers,
     session_keys,
     session_scheme,
@@ -125,8 +127,9 @@ def lua_script(path: Path, header: str, values: list[str]) -> Path:
     return path
 
 
-def sdk_python() -> str | None:
-    done = subprocess.run(["scripts/x402-sdk"], cwd=ROOT, capture_output=True, text=True)
+def sdk_python(name: str = "x402-sdk") -> str | None:
+    """The python of a foreign SDK's environment (scripts/NAME), None when it cannot be made."""
+    done = subprocess.run([f"scripts/{name}"], cwd=ROOT, capture_output=True, text=True)
     python = done.stdout.strip()
     return python if done.returncode == 0 and Path(python).is_file() else None
 
@@ -154,6 +157,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-sdk", action="store_true", help="skip the x402 SDK's middleware")
+    parser.add_argument("--no-pay-kit", action="store_true", help="skip pay-kit's gate")
     parser.add_argument("--only", help="run only the paths whose name contains this")
     args = parser.parse_args()
     n = PER_SECOND * args.seconds
@@ -178,11 +182,13 @@ def main() -> None:
     twin = payment_gate(
         bare_app, pricing={"/paid": [OneTime(500_000)]}, terms=terms, memos=memos,
         trusted_facilitators=set(), replay=MemoryReplayStore(),
-        x402_facilitator=InstantFacilitator(),
+        x402_facilitator=InstantFacilitator(), mpp_facilitator=InstantCharges(),
     )  # fmt: skip
     payments = [h.decode() for h in x402_headers(twin, terms, memos, n)]
+    charges = [h.decode() for h in mpp_headers(twin, n)]
     vouchers = [h.decode() for h in session_headers(session_scheme(terms, session_keys()), n)]
     sdk = None if args.no_sdk else sdk_python()
+    pay_kit = None if args.no_pay_kit else sdk_python("pay-kit")
     if sdk is None and not args.no_sdk:
         print("bench-gate: the x402 SDK's environment is missing (scripts/x402-sdk)")
 
@@ -197,13 +203,14 @@ def main() -> None:
             "proof": lua_script(Path(tmp) / "proof.lua", "X-PAYMENT", proofs),
             "x402": lua_script(Path(tmp) / "x402.lua", "PAYMENT-SIGNATURE", payments),
             "session": lua_script(Path(tmp) / "session.lua", "Authorization", vouchers),
+            "mpp": lua_script(Path(tmp) / "mpp.lua", "Authorization", charges),
             "sub": lua_script(Path(tmp) / "sub.lua", "X-Svc-Sub", [sub]),
         }
         txs = [decode_json(p.encode())["payload"]["transaction"] for p in payments[:2000]]
         for number in range(1, args.rounds + 1):
             print(f"bench-gate: round {number} of {args.rounds} ...", file=sys.stderr)
             with ExitStack() as stack:
-                port = {k: free_port() for k in ("fac", "bare", "svcpay", "http", "sdk")}
+                port = {k: free_port() for k in ("fac", "bare", "svcpay", "http", "sdk", "pk")}
                 url = {k: f"http://127.0.0.1:{p}" for k, p in port.items()}
                 fac_app = "scripts.bench.instant_facilitator:app"
                 stack.enter_context(
@@ -226,6 +233,15 @@ def main() -> None:
                            "--network", NETWORK, "--price", "500000", "--gc-freeze"]  # fmt: skip
                     stack.enter_context(server(cmd, url["sdk"], "sdk", env))
                     sdk_payloads = sdk_payments(url["sdk"], txs)
+                if pay_kit is not None:  # its 402 offers x402 and MPP, as svcpay's does
+                    operator = Path(tmp) / "pay-kit-operator.json"
+                    operator.write_text(json.dumps(list(bytes(Keypair()))))
+                    program = str(ROOT / "tests/interop/pay_kit/pk_server.py")
+                    cmd = ["0", pay_kit, program, "--port", str(port["pk"]), "--keypair",
+                           str(operator), "--rpc", "http://127.0.0.1:9", "--pay-to", str(owner),
+                           "--price-usd", "0.5", "--gc-freeze"]  # fmt: skip
+                    secret = {"PAY_KIT_MPP_CHALLENGE_BINDING_SECRET": "bench-" + "0" * 32}
+                    stack.enter_context(server(cmd, url["pk"], "pay-kit", env | secret))
                 sdk_script = lua_script(Path(tmp) / "sdk.lua", "PAYMENT-SIGNATURE", sdk_payloads)
                 cases: dict[str, tuple[str, Path | None]] = {
                     "no gate": (url["bare"] + "/free", None),
@@ -234,11 +250,22 @@ def main() -> None:
                 if sdk is not None:
                     cases["x402 SDK middleware, free route"] = (url["sdk"] + "/free", None)
                     cases["x402 SDK middleware, paid"] = (url["sdk"] + "/paid", sdk_script)
+                if pay_kit is not None:
+                    cases["pay-kit's gate, free route"] = (url["pk"] + "/free", None)
+                    cases["pay-kit's gate, the 402"] = (url["pk"] + "/paid", None)
                 cases |= {
                     "svcpay gate, x402 paid (HTTP fac.)": (url["http"] + "/paid", scripts["x402"]),
                     "svcpay gate, x402 paid (in-process)": (
                         url["svcpay"] + "/paid",
                         scripts["x402"],
+                    ),
+                    "svcpay gate, MPP charge paid (HTTP fac.)": (
+                        url["http"] + "/paid",
+                        scripts["mpp"],
+                    ),
+                    "svcpay gate, MPP charge paid (in-process)": (
+                        url["svcpay"] + "/paid",
+                        scripts["mpp"],
                     ),
                     "svcpay gate, svcpay proof paid": (url["svcpay"] + "/paid", scripts["proof"]),
                     "svcpay gate, session voucher": (
@@ -260,6 +287,10 @@ def ratios(r: dict[str, Result]) -> dict[str, float]:
     x402 = r["svcpay gate, x402 paid (HTTP fac.)"].rps
     out = {
         "x402 paid (HTTP fac.) / svcpay proof (goal >= 0.40)": x402
+        / r["svcpay gate, svcpay proof paid"].rps,
+        "MPP charge paid (HTTP fac.) / svcpay proof": r[
+            "svcpay gate, MPP charge paid (HTTP fac.)"
+        ].rps
         / r["svcpay gate, svcpay proof paid"].rps,
         "svcpay free route / no gate": r["svcpay gate, free route"].rps / r["no gate"].rps,
         "session voucher / svcpay proof": r["svcpay gate, session voucher"].rps
@@ -285,15 +316,16 @@ def report(rounds: list[dict[str, Result]], args: argparse.Namespace) -> None:
         f"instant HTTP facilitator on core 1; {args.rounds} x {args.seconds} s, median; "
         f"heap frozen: {os.environ.get('BENCH_GC') != 'collect'}"
     )
-    print(f"{'path':<38} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8}  non-2xx")
+    print(f"{'path':<42} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8}  non-2xx")
     for name in rounds[0]:
         runs = [r[name] for r in rounds]
         rps = statistics.median(x.rps for x in runs)
         p50 = statistics.median(x.p50_ms for x in runs)
         p99 = statistics.median(x.p99_ms for x in runs)
         bad = sum(x.non2xx for x in runs)
-        note = "all 402 (expected)" if name.endswith("(fresh terms)") else f"{bad:,}"
-        print(f"{name:<38} {rps:>9,.0f} {p50:>8.2f} {p99:>8.2f}  {note}")
+        expected_402 = name.endswith("(fresh terms)") or name.endswith("the 402")
+        note = "all 402 (expected)" if expected_402 else f"{bad:,}"
+        print(f"{name:<42} {rps:>9,.0f} {p50:>8.2f} {p99:>8.2f}  {note}")
     if args.only:
         return
     print("ratios, each from one round (median of the rounds; every round's):")

@@ -40,6 +40,8 @@ from svcpay.protocol.programs import MEMO_PROGRAM
 from svcpay.protocol.proof import PaymentProof
 from svcpay.protocol.replay import MemoryReplayStore
 from svcpay.protocol.voucher import SignedVoucher
+from svcpay.schemes.decision import Request
+from svcpay.schemes.mpp_charge.wire import ChargeAnswer
 from svcpay.schemes.session.ledger import MemoryVoucherLedger
 from svcpay.schemes.session.server import SessionPolicy, SessionScheme
 from svcpay.schemes.x402_exact.wire import SettleResponse, VerifyResponse, encode_header
@@ -139,6 +141,52 @@ class WarmSubscriptions:
         pass
 
 
+class InstantCharges:
+    """svcpay's facilitator for MPP charges, answering at once (the gate's cost alone)."""
+
+    async def settle(self, charge: Any) -> ChargeAnswer:
+        return ChargeAnswer(success=True, reference="1" * 64)
+
+    async def verify(self, charge: Any) -> ChargeAnswer:
+        return ChargeAnswer(success=True, reference="1" * 64)
+
+
+def mpp_headers(gate: Any, n: int) -> list[bytes]:
+    """n distinct `Authorization: Payment` values for GET /paid: pulled MPP charges, built as
+    pay-kit's client builds them, for the gate's own challenges (the challenge key and the
+    memo secret are the server's too)."""
+    intent = gate.core.charge
+    request = Request("GET", "/paid", {})
+    payer = Keypair()
+    out = []
+    for i in range(n):
+        asked = intent.request_json(request, OneTime(500_000), pull=True)
+        challenge = intent.issuer.issue("solana", "charge", asked, expires=int(time.time()) + 3600)
+        mint = Pubkey.from_string(asked["currency"])
+        transfer = transfer_checked(
+            TransferCheckedParams(
+                program_id=TOKEN_PROGRAM_ID,
+                source=get_associated_token_address(payer.pubkey(), mint),
+                mint=mint,
+                dest=get_associated_token_address(Pubkey.from_string(asked["recipient"]), mint),
+                owner=payer.pubkey(),
+                amount=500_000,
+                decimals=6,
+            )
+        )
+        ixs = [
+            set_compute_unit_price(i + 1), set_compute_unit_limit(50_000), transfer,
+            Instruction(MEMO_PROGRAM, asked["externalId"].encode(), []),
+        ]  # fmt: skip
+        fee_payer = Pubkey.from_string(asked["methodDetails"]["feePayerKey"])
+        msg = MessageV0.try_compile(fee_payer, ixs, [], Hash.default())
+        sigs = [Signature.default(), payer.sign_message(to_bytes_versioned(msg))]
+        tx = base64.b64encode(bytes(VersionedTransaction.populate(msg, sigs))).decode()
+        credential = mpp.Credential(challenge, {"type": "transaction", "transaction": tx})
+        out.append(credential.header().encode())
+    return out
+
+
 class InstantFacilitator:
     """An x402 facilitator that approves and settles at once (the gate's cost alone)."""
 
@@ -221,6 +269,7 @@ async def main(n: int) -> None:
         replay=MemoryReplayStore(),
         subscriptions=WarmSubscriptions(),
         x402_facilitator=InstantFacilitator(),
+        mpp_facilitator=InstantCharges(),
     )
     memo = memos.issue(MemoTerms("GET /paid", "500000", terms.pay_to, terms.token))
     now = int(time.time())
@@ -246,6 +295,9 @@ async def main(n: int) -> None:
             ],
             200,
         ),
+        "MPP charge paid, instant": await rate(
+            gate, [scope("/paid", [(b"authorization", h)]) for h in mpp_headers(gate, n)], 200
+        ),
         "subscription, warm cache": await rate(
             gate, [scope("/sub", [(b"x-svc-sub", SUB.encode())])] * n, 200
         ),
@@ -261,6 +313,8 @@ async def main(n: int) -> None:
     print(f"paid / bare: {results['paid, verified offline'] / results['bare endpoint']:.2f}")
     x402 = results["x402 paid, instant fac."] / results["paid, verified offline"]
     print(f"x402 / svcpay proof: {x402:.2f}")
+    charge = results["MPP charge paid, instant"] / results["paid, verified offline"]
+    print(f"MPP charge / svcpay proof: {charge:.2f}")
     session = results["session voucher, warm"] / results["paid, verified offline"]
     print(f"session voucher / svcpay proof: {session:.2f} (goal: at least 1.00)")
 

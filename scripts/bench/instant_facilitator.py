@@ -1,9 +1,10 @@
 """An x402 facilitator over HTTP that answers at once: `GET /supported`, `POST /verify`
-(valid) and `POST /settle` (settled), after reading the whole request. What a gate's
-payments cost when its facilitator is a real HTTP service that takes no time itself
-(scripts/bench/gate_http.py serves it with uvicorn; the x402 SDK's middleware and svcpay's
-gate both use it). Plain ASGI, no imports beyond the standard library, so any environment's
-uvicorn can serve it. Configured by BENCH_NETWORK (CAIP-2) and BENCH_FEE_PAYER."""
+(valid), `POST /settle` (settled) and MPP's `POST /mpp/charge/settle` (charged), after
+reading the whole request. What a gate's payments cost when its facilitator is a real HTTP
+service that takes no time itself (scripts/bench/gate_http.py serves it with uvicorn; the
+x402 SDK's middleware and svcpay's gate both use it). Plain ASGI, no imports beyond the
+standard library, so any environment's uvicorn can serve it. Configured by BENCH_NETWORK
+(CAIP-2) and BENCH_FEE_PAYER."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ VERIFIED = json.dumps({"isValid": True, "payer": PAYER}).encode()
 SETTLED = json.dumps(
     {"success": True, "transaction": SIGNATURE, "network": NETWORK, "payer": PAYER}
 ).encode()
+CHARGED = json.dumps({"success": True, "reference": SIGNATURE, "payer": PAYER}).encode()
 HEADERS = [(b"content-type", b"application/json")]
 
 
@@ -40,7 +42,12 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     while more:  # read the request whole, as a real facilitator must
         message = await receive()
         more = message.get("more_body", False)
-    body = {"/supported": SUPPORTED, "/verify": VERIFIED, "/settle": SETTLED}.get(scope["path"])
+    body = {
+        "/supported": SUPPORTED,
+        "/verify": VERIFIED,
+        "/settle": SETTLED,
+        "/mpp/charge/settle": CHARGED,
+    }.get(scope["path"])
     status = 200 if body is not None else 404
     headers = [*HEADERS, (b"content-length", str(len(body or b"")).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -3,15 +3,19 @@ shows: pay-kit answers 402 with both an x402 `exact` challenge and an MPP one, a
 and settles an x402 payment itself (self-hosted, the operator paying the fees).
 
     pk_server.py --keypair FILE --rpc URL --pay-to WALLET --price-usd D [--host H] [--port P]
+                 [--gc-freeze]
 
 `localnet` to pay-kit: it prices in USDC at mainnet USDC's address, which the tests' validator
 holds (svcpay.localnet.accounts). GET /paid costs D dollars; GET /free is free. Prints
-`pay-kit server ready http://host:port`.
+`pay-kit server ready http://host:port`. `--gc-freeze` takes the loaded heap out of the
+garbage collector's sight before serving, as scripts/bench-gate does to every server it
+measures (docs/adr/0027).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from pathlib import Path
 
@@ -54,8 +58,13 @@ def main() -> None:
     parser.add_argument("--rpc", required=True, help="the cluster's JSON-RPC URL")
     parser.add_argument("--pay-to", required=True, help="the wallet paid (its ATA receives)")
     parser.add_argument("--price-usd", required=True, help="the price of GET /paid, in dollars")
+    parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() before serving")
     args = parser.parse_args()
-    serve(create_app(args), args.host, args.port, "pay-kit server")
+    app = create_app(args)
+    if args.gc_freeze:
+        gc.collect()
+        gc.freeze()
+    serve(app, args.host, args.port, "pay-kit server")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -310,22 +310,28 @@ def report_round(number: int, r: dict[str, Result]) -> None:
     print(f"round {number}: {line}", file=sys.stderr)
 
 
-def report(rounds: list[dict[str, Result]], args: argparse.Namespace) -> None:
-    print(
-        f"uvicorn 1 worker (uvloop, httptools) on core 0; wrk -t1 -c{CONNECTIONS} and the "
-        f"instant HTTP facilitator on core 1; {args.rounds} x {args.seconds} s, median; "
-        f"heap frozen: {os.environ.get('BENCH_GC') != 'collect'}"
-    )
-    print(f"{'path':<42} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8}  non-2xx")
+def table(rounds: list[dict[str, Result]], asks_payment: Callable[[str], bool] = bool) -> None:
+    """Each path's median req/s, p50 and p99 over `rounds`, and its non-2xx answers in all
+    (`asks_payment(name)`: every answer is meant to be a 402)."""
+    width = max(len(name) for name in rounds[0]) + 2
+    print(f"{'path':<{width}} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8}  non-2xx")
     for name in rounds[0]:
         runs = [r[name] for r in rounds]
         rps = statistics.median(x.rps for x in runs)
         p50 = statistics.median(x.p50_ms for x in runs)
         p99 = statistics.median(x.p99_ms for x in runs)
         bad = sum(x.non2xx for x in runs)
-        expected_402 = name.endswith("(fresh terms)") or name.endswith("the 402")
-        note = "all 402 (expected)" if expected_402 else f"{bad:,}"
-        print(f"{name:<42} {rps:>9,.0f} {p50:>8.2f} {p99:>8.2f}  {note}")
+        note = "all 402 (expected)" if asks_payment(name) else f"{bad:,}"
+        print(f"{name:<{width}} {rps:>9,.0f} {p50:>8.2f} {p99:>8.2f}  {note}")
+
+
+def report(rounds: list[dict[str, Result]], args: argparse.Namespace) -> None:
+    print(
+        f"uvicorn 1 worker (uvloop, httptools) on core 0; wrk -t1 -c{CONNECTIONS} and the "
+        f"instant HTTP facilitator on core 1; {args.rounds} x {args.seconds} s, median; "
+        f"heap frozen: {os.environ.get('BENCH_GC') != 'collect'}"
+    )
+    table(rounds, lambda name: name.endswith("(fresh terms)") or name.endswith("the 402"))
     if args.only:
         return
     print("ratios, each from one round (median of the rounds; every round's):")

@@ -123,13 +123,15 @@ class ChargeClient:
     def __init__(self, owner: Keypair, rpc: AsyncClient) -> None:
         self.owner, self.rpc = owner, rpc
 
-    async def transaction(self, offer: ChargeOffer) -> VersionedTransaction:
+    async def transaction(
+        self, offer: ChargeOffer, *, compute_unit_price: int = COMPUTE_UNIT_PRICE
+    ) -> VersionedTransaction:
         mint = Pubkey.from_string(offer.mint)
         program = Pubkey.from_string(offer.token_program)
         payer = self.owner.pubkey()
         ixs = [
             set_compute_unit_limit(COMPUTE_UNIT_LIMIT),
-            set_compute_unit_price(COMPUTE_UNIT_PRICE),
+            set_compute_unit_price(compute_unit_price),
             transfer_checked(
                 TransferCheckedParams(
                     program_id=program,

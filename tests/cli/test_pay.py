@@ -12,7 +12,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from starlette.applications import Starlette
@@ -21,6 +24,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
+from svcpay.client import PaymentAuth
 from svcpay.examples.resource_server import Settings, create_app
 from svcpay.gate import OneTime, Subscription, payment_gate
 from svcpay.gate.chain import ChainSubscriptions
@@ -29,6 +33,7 @@ from svcpay.keys import save_keypair
 from svcpay.localnet.process import Localnet
 from svcpay.program import pda
 from svcpay.program.client import BillingClient
+from svcpay.protocol import mpp
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.replay import MemoryReplayStore
 from tests.cli.conftest import Cli, free_port, keyfile, serve
@@ -381,3 +386,20 @@ def test_pay_uses_the_protocol_asked_for(
     assert paid["payment"]["amount"] == PRICE
     assert world.balance(account) == 5 * USDC - PRICE
     assert world.balance(world.destination) == before + PRICE
+
+
+def test_a_sync_client_pays_an_mpp_charge(world: World, tmp_path: Path) -> None:
+    """PaymentAuth from a plain httpx.Client (its flow runs on a private loop), told to
+    prefer MPP, pays the gate's charge over HTTP: 200 with a Payment-Receipt, paid once."""
+    _, payer, account = world.wallet(tmp_path)
+    rpc = AsyncClient(world.chain.url, commitment=Confirmed)
+    auth = PaymentAuth(payer, rpc=rpc, max_per_request=PRICE, protocols=("mpp",))
+    try:
+        with httpx.Client(timeout=60) as http:
+            reply = http.get(f"{world.api}/v1/data", auth=auth)
+    finally:
+        auth.run(rpc.close())  # on the loop the flow used it on
+        auth.close()
+    assert reply.status_code == 200 and reply.json() == {"data": 42, "path": "/v1/data"}
+    assert mpp.Receipt.parse(reply.headers["payment-receipt"]).method == "solana"
+    assert world.balance(account) == 5 * USDC - PRICE

@@ -291,3 +291,24 @@ async def test_the_facilitator_client_says_whether_a_request_may_have_arrived() 
             assert e.value.maybe_sent is maybe, url
     finally:
         server.close()
+
+
+async def test_a_pending_settlement_is_served_even_when_its_store_is_down(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pending store's database away while a settle got no answer: the answer still
+    stands (the facilitator finishes the settlement), with one warning, not a 500."""
+
+    class Down(MemoryPendingSettlements):
+        async def add(self, entry: Any) -> None:
+            raise OSError("the database is unreachable")
+
+    fac = Facilitator(world)
+    fac.fail_after = 502
+    app, _ = gate(world, fac, X402Options(pending=Down()))
+    await serve(world, app)
+    reply = await world.http.get("/v1/data", headers={"PAYMENT-SIGNATURE": await payment(world)})
+    assert reply.status_code == 200 and reply.headers["X-Svc-Settlement"] == "pending"
+    assert "recording it failed (the database is unreachable)" in caplog.text
+    assert world.balance() == PRICE  # it landed: the facilitator settled it
+    await app.core.x402.reconciler.aclose()

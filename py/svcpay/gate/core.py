@@ -98,6 +98,9 @@ class GateCore:
                 options=self.x402_options,
             )
         intents: list[Intent] = [self.sessions] if self.sessions is not None else []
+        # One key for MPP's charge and subscription challenges, derived from the memo
+        # secret, so every process that shares the memo secret recognises them.
+        issuer = mpp.ChallengeIssuer(self.memos.derive(b"svcpay mpp challenges"), "svcpay")
         self.charge: ChargeIntent | None = None
         settler = self.mpp_facilitator
         if settler is None and self.terms.facilitator is not None:
@@ -109,7 +112,6 @@ class GateCore:
             and self.terms.fee_payer is not None
         ):
             guard = self.x402.guard if self.x402 is not None else Guard()
-            issuer = mpp.ChallengeIssuer(self.memos.derive(b"svcpay mpp challenges"), "svcpay")
             ids = self.x402.payment_ids if self.x402 is not None else self.payment_ids
             self.charge = ChargeIntent(
                 self.terms,
@@ -122,7 +124,6 @@ class GateCore:
             )
             intents.append(self.charge)
         if "mpp" in wanted and self.subscriptions is not None:
-            issuer = mpp.ChallengeIssuer(self.memos.derive(b"svcpay mpp challenges"), "svcpay")
             intents.append(SubscriptionIntent(self.terms, issuer, self.replay, self.subscribed))
         self.payment_auth = PaymentAuthScheme(intents)
         available: dict[str, GateScheme | None] = {

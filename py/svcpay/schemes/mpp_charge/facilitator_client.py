@@ -6,15 +6,15 @@ settle that may have been received as pending)."""
 
 from __future__ import annotations
 
-import json
 from typing import Protocol
 
 import httpx
-from pydantic import ValidationError
 
-from svcpay.keepalive import Broken, KeepAliveClient, Unreachable
 from svcpay.schemes.mpp_charge.wire import ChargeAnswer, SettleCharge, VerifyCharge
-from svcpay.schemes.x402_exact.facilitator_client import FacilitatorUnavailable
+from svcpay.schemes.x402_exact.facilitator_client import (
+    FacilitatorUnavailable,
+    X402FacilitatorClient,
+)
 
 __all__ = ["ChargeFacilitatorClient", "ChargeSettler", "FacilitatorUnavailable"]
 
@@ -26,7 +26,8 @@ class ChargeSettler(Protocol):
 
 
 class ChargeFacilitatorClient:
-    """svcpay's facilitator over HTTP, for MPP charges (see the module's docstring)."""
+    """svcpay's facilitator over HTTP, for MPP charges (see the module's docstring); the
+    transport is the x402 client's (`X402FacilitatorClient.post_json`)."""
 
     def __init__(
         self,
@@ -37,51 +38,15 @@ class ChargeFacilitatorClient:
         headers: dict[str, str] | None = None,
         max_connections: int = 64,
     ) -> None:
-        self.url = url.rstrip("/")
-        self.headers = dict(headers or {})
-        self.timeout = timeout
-        self._http = http
-        self._pool = (
-            KeepAliveClient(self.url, max_connections=max_connections, timeout=timeout)
-            if http is None
-            else None
+        self._link = X402FacilitatorClient(
+            url, http=http, timeout=timeout, headers=headers, max_connections=max_connections
         )
 
     async def settle(self, charge: SettleCharge) -> ChargeAnswer:
-        return await self._post("/mpp/charge/settle", charge.to_json_dict())
+        return await self._link.post_json("/mpp/charge/settle", charge.to_json_dict(), ChargeAnswer)
 
     async def verify(self, charge: VerifyCharge) -> ChargeAnswer:
-        return await self._post("/mpp/charge/verify", charge.to_json_dict())
+        return await self._link.post_json("/mpp/charge/verify", charge.to_json_dict(), ChargeAnswer)
 
     async def aclose(self) -> None:
-        if self._pool is not None:
-            await self._pool.aclose()
-
-    async def _post(self, path: str, body: dict[str, object]) -> ChargeAnswer:
-        url = self.url + path
-        if self._pool is not None:
-            try:
-                answer = await self._pool.post(
-                    path, json.dumps(body, separators=(",", ":")).encode(), self.headers
-                )
-            except Unreachable as e:
-                raise FacilitatorUnavailable(f"{url}: {e}", maybe_sent=False) from e
-            except Broken as e:
-                raise FacilitatorUnavailable(f"{url}: {e}") from e
-            status, content = answer.status, answer.body
-        else:
-            assert self._http is not None
-            try:
-                reply = await self._http.post(
-                    url, json=body, headers=self.headers, timeout=self.timeout
-                )
-            except httpx.HTTPError as e:
-                sent = not isinstance(e, httpx.ConnectError | httpx.ConnectTimeout)
-                raise FacilitatorUnavailable(f"{url}: {e}", maybe_sent=sent) from e
-            status, content = reply.status_code, reply.content
-        if status != 200:
-            raise FacilitatorUnavailable(f"{url} answered {status}", maybe_sent=status >= 500)
-        try:
-            return ChargeAnswer.model_validate_json(content)
-        except ValidationError as e:
-            raise FacilitatorUnavailable(f"{url} answered something that is not a charge") from e
+        await self._link.aclose()

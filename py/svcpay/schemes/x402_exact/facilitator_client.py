@@ -116,6 +116,12 @@ class X402FacilitatorClient:
             "paymentPayload": payload,
             "paymentRequirements": requirements,
         }
+        return await self.post_json(path, body, model)
+
+    async def post_json(self, path: str, body: dict[str, Any], model: type[M]) -> M:
+        """POSTs `body` to `path` below the facilitator's URL; its HTTP 200 answer as
+        `model`, else FacilitatorUnavailable (saying whether the request may have arrived).
+        The transport of every gate-to-facilitator call (x402 here, MPP charges too)."""
         url = self.url + path
         if self._pool is not None:
             raw = json.dumps(body, separators=(",", ":")).encode()
@@ -141,7 +147,9 @@ def _answer(status: int, content: bytes, url: str, model: type[M]) -> M:
     try:
         return model.model_validate_json(content)
     except ValidationError as e:
-        raise FacilitatorUnavailable(f"{url} answered something that is not x402's") from e
+        raise FacilitatorUnavailable(
+            f"{url} answered something that is not a {model.__name__}"
+        ) from e
 
 
 def _maybe_sent(error: httpx.HTTPError) -> bool:

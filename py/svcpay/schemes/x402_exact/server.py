@@ -352,7 +352,16 @@ class X402Server:
             now,
             next_at=now + self.options.retry_after,
         )
-        await self.pending.add(entry)
+        try:
+            await self.pending.add(entry)
+        except Exception as e:  # its database is away: the facilitator still finishes the
+            # settlement durably and its payment.settled event says so; the answer stands
+            log.warning(
+                "x402 settle for %s is pending, and recording it failed (%s): "
+                "the facilitator's payment.settled event is its only record",
+                payment.request.resource,
+                e,
+            )
         payment.done()
         log.warning(
             "x402 settle for %s got no answer (%s): %s; reconciling it later",

@@ -619,20 +619,20 @@ def test_1_an_account_that_must_sign_but_does_not_is_refused(
 WRONG_OWNER = [
     # Program accounts replaced by accounts of the system program (a funded wallet) or of
     # the token program (a mint, a token account).
-    case("create_plan", "AccountOwnedByWrongProgram", mint="carol.wallet"),
-    case("create_plan", "AccountOwnedByWrongProgram", destination="carol.wallet"),
+    case("create_plan", "MintMismatch", mint="carol.wallet"),
+    case("create_plan", "TokenAccountMismatch", destination="carol.wallet"),
     case("update_plan", "AccountOwnedByWrongProgram", plan="alice.token"),
     case("deprecate_plan", "AccountOwnedByWrongProgram", plan="carol.wallet"),
     case("close_plan", "AccountOwnedByWrongProgram", plan="plan.mint"),
     case("subscribe", "AccountOwnedByWrongProgram", plan="plan.mint"),
-    case("subscribe", "AccountOwnedByWrongProgram", subscriber_token="carol.wallet"),
+    case("subscribe", "TokenAccountMismatch", subscriber_token="carol.wallet"),
     case("collect", "AccountOwnedByWrongProgram", plan="stranger.wallet"),
     case("collect", "AccountOwnedByWrongProgram", subscription="alice.token"),
     case("collect", "AccountOwnedByWrongProgram", allowance="alice.wallet"),
     case("deduct_allowance", "AccountOwnedByWrongProgram", plan="plan.destination"),
     case("deduct_allowance", "AccountOwnedByWrongProgram", subscription="alice.wallet"),
     case("deduct_allowance", "AccountOwnedByWrongProgram", allowance="plan.mint"),
-    case("deduct_allowance", "AccountOwnedByWrongProgram", subscriber_token="alice.wallet"),
+    case("deduct_allowance", "TokenAccountMismatch", subscriber_token="alice.wallet"),
     case("pause", "AccountOwnedByWrongProgram", subscription="alice.token"),
     case("resume", "AccountOwnedByWrongProgram", plan="alice.wallet"),
     case("cancel", "AccountOwnedByWrongProgram", subscription="alice.wallet"),
@@ -735,13 +735,13 @@ def test_3_a_look_alike_of_another_plan_or_subscriber_is_refused(
 # -- 4. type cosplay -----------------------------------------------------------------------
 
 COSPLAY = [
-    case("create_plan", "InvalidAccountData", mint="plan.destination"),
-    case("create_plan", "InvalidAccountData", destination="plan.mint"),
+    case("create_plan", "MintMismatch", mint="plan.destination"),
+    case("create_plan", "TokenAccountMismatch", destination="plan.mint"),
     case("update_plan", "AccountDiscriminatorMismatch", plan="alice.subscription"),
     case("deprecate_plan", "AccountDiscriminatorMismatch", plan="alice.allowance"),
     case("close_plan", "AccountDiscriminatorMismatch", plan="alice.subscription"),
     case("subscribe", "AccountDiscriminatorMismatch", plan="bob.subscription"),
-    case("subscribe", "InvalidAccountData", subscriber_token="plan.mint"),
+    case("subscribe", "TokenAccountMismatch", subscriber_token="plan.mint"),
     case("subscribe", "MintMismatch", mint="carol.token"),
     case("collect", "AccountDiscriminatorMismatch", plan="alice.subscription"),
     case("collect", "AccountDiscriminatorMismatch", subscription="plan"),
@@ -752,7 +752,7 @@ COSPLAY = [
     case("deduct_allowance", "AccountDiscriminatorMismatch", plan="alice.subscription"),
     case("deduct_allowance", "AccountDiscriminatorMismatch", subscription="alice.allowance"),
     case("deduct_allowance", "AccountDiscriminatorMismatch", allowance="plan"),
-    case("deduct_allowance", "InvalidAccountData", subscriber_token="plan.mint"),
+    case("deduct_allowance", "TokenAccountMismatch", subscriber_token="plan.mint"),
     case("pause", "AccountDiscriminatorMismatch", plan="alice.subscription"),
     case("resume", "AccountDiscriminatorMismatch", subscription="plan"),
     case("cancel", "AccountDiscriminatorMismatch", subscription="alice.allowance"),
@@ -934,17 +934,20 @@ FAKE_PROGRAMS = [
     case("create_plan", "InvalidProgramId", system_program="token"),
     case("subscribe", "InvalidProgramId", token_program="system"),
     case("subscribe", "InvalidProgramId", token_program="memo"),
-    case("subscribe", "InvalidProgramId", token_program="token2022"),
+    # An SPL Token mint with Token-2022 passed as its program: the mint is not its.
+    case("subscribe", "MintMismatch", token_program="token2022"),
     case("subscribe", "InvalidProgramId", system_program="memo"),
     case("subscribe", "InvalidProgramId", system_program="token"),
     case("resubscribe", "InvalidProgramId", system_program="svc_billing"),
     case("resubscribe", "InvalidProgramId", token_program="svc_billing"),
     case("collect", "InvalidProgramId", token_program="memo"),
-    case("collect", "InvalidProgramId", token_program="token2022"),
+    # An SPL Token mint with Token-2022 passed as its program: the mint is not its.
+    case("collect", "MintMismatch", token_program="token2022"),
     case("collect", "InvalidProgramId", token_program="system"),
     case("collect_past_due", "InvalidProgramId", token_program="svc_billing"),
     case("deduct_allowance", "InvalidProgramId", token_program="memo"),
-    case("deduct_allowance", "InvalidProgramId", token_program="token2022"),
+    # An SPL Token mint with Token-2022 passed as its program: the mint is not its.
+    case("deduct_allowance", "MintMismatch", token_program="token2022"),
     case("deduct_allowance", "InvalidProgramId", token_program="system"),
     case("open_session", "InvalidProgramId", token_program="memo"),
     case("open_session", "InvalidProgramId", system_program="memo"),
@@ -970,7 +973,7 @@ DUPLICATES = [
     case("deduct_allowance", "DuplicateAccount", destination="alice.token"),
     case("deduct_allowance", "DuplicateAccount", subscriber_token="plan.destination"),
     case("subscribe", "DestinationMismatch", destination="carol.token"),
-    case("subscribe", "TokenAccountMismatch", subscriber_token="plan.destination"),
+    case("subscribe", "DuplicateAccount", subscriber_token="plan.destination"),
     # The provider subscribes to its own plan, paying from the plan's destination itself.
     case("provider_pays_itself", "DuplicateAccount"),
     # One program account in two mutable places.

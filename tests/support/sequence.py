@@ -186,9 +186,20 @@ class Model:
         self.plans[a.plan].total_collected += amount  # the model's record of charges
 
     def _subscribe(self, a: Action, now: int) -> str:
-        if a.actor != subscriber_actor(a.subscriber):
-            return "TokenAccountMismatch"  # someone else's token account
         plan, token = self.plans[a.plan], self.tokens[a.subscriber]
+        if a.actor != subscriber_actor(a.subscriber):
+            # The signer's own subscription is checked first, the token account after.
+            signer = next(
+                (i for i in range(len(self.tokens)) if subscriber_actor(i) == a.actor), None
+            )
+            mine = self.subs.get((a.plan, signer)) if signer is not None else None
+            if mine is not None and mine.live:
+                return "AlreadySubscribed"
+            if a.max_overage == 0:
+                return "ZeroAmount"
+            if a.max_overage is None and a.flag != (mine is not None and mine.has_allowance):
+                return "NoAllowance"
+            return "TokenAccountMismatch"  # someone else's token account
         prev = self.subs.get((a.plan, a.subscriber))
         if prev is not None and prev.live:
             return "AlreadySubscribed"

@@ -69,4 +69,12 @@ pub enum BillingError {
     DisputeWindowOpen,
     #[msg("the session must be open (not closing) for this operation")]
     SessionNotOpen,
+    #[msg("the mint is non-transferable: its tokens cannot pay a plan")]
+    MintNonTransferable,
+    #[msg("the mint has a Token-2022 extension this program does not know")]
+    UnsupportedMintExtension,
+    #[msg("the destination requires a memo on incoming transfers: turn memo-required off")]
+    DestinationRequiresMemo,
+    #[msg("the token account's CPI guard is on: turn it off to let the program take payments")]
+    CpiGuardEnabled,
 }

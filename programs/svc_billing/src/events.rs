@@ -21,8 +21,11 @@ pub struct SubscriptionCreated {
     pub subscription: Pubkey,
     pub plan: Pubkey,
     pub subscriber: Pubkey,
-    /// First period's charge, already transferred.
+    /// First period's charge, already transferred (gross: what the subscriber paid).
     pub amount: u64,
+    /// Withheld by a Token-2022 transfer-fee mint (0 otherwise); `net` reached the provider.
+    pub fee: u64,
+    pub net: u64,
     pub period_start: i64,
     pub period_end: i64,
     /// Metered allowance cap per cycle; 0 when the subscription has no allowance.
@@ -34,7 +37,11 @@ pub struct SubscriptionCreated {
 pub struct AllowanceDeducted {
     pub subscription: Pubkey,
     pub allowance: Pubkey,
+    /// Deducted from the allowance and paid (gross); `fee` withheld by a transfer-fee mint,
+    /// `net` received.
     pub amount: u64,
+    pub fee: u64,
+    pub net: u64,
     /// Used in this cycle after the deduction.
     pub used: u64,
     pub cap: u64,
@@ -47,8 +54,11 @@ pub struct AllowanceDeducted {
 pub struct SubscriptionRenewed {
     pub subscription: Pubkey,
     pub plan: Pubkey,
-    /// Charged for the new period, already transferred.
+    /// Charged for the new period, already transferred (gross); `fee` withheld by a
+    /// transfer-fee mint, `net` received.
     pub amount: u64,
+    pub fee: u64,
+    pub net: u64,
     pub period_start: i64,
     pub period_end: i64,
     pub cycles_billed: u64,
@@ -85,6 +95,8 @@ pub enum RenewalFailure {
     DelegationMissing,
     /// The funding token account is closed, frozen or no longer the subscriber's.
     TokenAccountUnusable,
+    /// The mint's pause authority paused all transfers (Token-2022 Pausable).
+    MintPaused,
 }
 
 #[event]
@@ -167,7 +179,10 @@ pub struct SessionOpened {
     pub signer: Pubkey,
     pub recipient: Pubkey,
     pub mint: Pubkey,
+    /// What the vault received: the ceiling of vouchers.
     pub deposit: u64,
+    /// Withheld by a Token-2022 transfer-fee mint on the way in (0 otherwise).
+    pub fee: u64,
     pub price: u64,
     pub expires_at: i64,
     pub dispute_secs: i64,
@@ -176,7 +191,9 @@ pub struct SessionOpened {
 #[event]
 pub struct SessionToppedUp {
     pub session: Pubkey,
+    /// What the vault received; `fee` was withheld on the way in by a transfer-fee mint.
     pub amount: u64,
+    pub fee: u64,
     /// The deposit after the top-up.
     pub deposit: u64,
     pub expires_at: i64,
@@ -195,8 +212,11 @@ pub struct SessionRedeemed {
 #[event]
 pub struct SessionWithdrawn {
     pub session: Pubkey,
-    /// Base units paid to the recipient by this withdrawal.
+    /// Base units paid out of the vault by this withdrawal (gross); `fee` withheld by a
+    /// transfer-fee mint, `net` received.
     pub amount: u64,
+    pub fee: u64,
+    pub net: u64,
     /// Paid out in all, now equal to `redeemed`.
     pub withdrawn: u64,
 }

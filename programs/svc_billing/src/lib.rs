@@ -75,7 +75,10 @@ pub mod svc_billing {
     /// subscriber's token account to the program and charges the first period. After the
     /// subscriber's previous subscription to the plan ended, starts a new one in its place.
     #[access_control(ctx.accounts.validate(&args))]
-    pub fn subscribe(ctx: Context<Subscribe>, args: SubscribeArgs) -> Result<()> {
+    pub fn subscribe<'info>(
+        ctx: Context<'info, Subscribe<'info>>,
+        args: SubscribeArgs,
+    ) -> Result<()> {
         Subscribe::handler(ctx, args)
     }
 
@@ -83,7 +86,7 @@ pub mod svc_billing {
     /// resets the allowance, or records the failure (past due, then expiry after grace),
     /// or ends a subscription cancelled at period end.
     #[access_control(ctx.accounts.validate())]
-    pub fn collect(ctx: Context<Collect>) -> Result<()> {
+    pub fn collect<'info>(ctx: Context<'info, Collect<'info>>) -> Result<()> {
         Collect::handler(ctx)
     }
 
@@ -120,21 +123,27 @@ pub mod svc_billing {
 
     /// Charges `amount` of metered usage against the allowance of an ACTIVE subscription.
     #[access_control(ctx.accounts.validate(amount))]
-    pub fn deduct_allowance(ctx: Context<DeductAllowance>, amount: u64) -> Result<()> {
+    pub fn deduct_allowance<'info>(
+        ctx: Context<'info, DeductAllowance<'info>>,
+        amount: u64,
+    ) -> Result<()> {
         DeductAllowance::handler(ctx, amount)
     }
 
     /// Opens a payment session: escrows `deposit` in the session's vault for vouchers
     /// signed by `signer` (docs/adr/0024).
     #[access_control(ctx.accounts.validate(&args))]
-    pub fn open_session(ctx: Context<OpenSession>, args: OpenSessionArgs) -> Result<()> {
+    pub fn open_session<'info>(
+        ctx: Context<'info, OpenSession<'info>>,
+        args: OpenSessionArgs,
+    ) -> Result<()> {
         OpenSession::handler(ctx, args)
     }
 
     /// Adds `amount` to an open session's deposit (payer); `expires_at` may extend it.
     #[access_control(ctx.accounts.validate(amount, expires_at))]
-    pub fn top_up_session(
-        ctx: Context<TopUpSession>,
+    pub fn top_up_session<'info>(
+        ctx: Context<'info, TopUpSession<'info>>,
         amount: u64,
         expires_at: Option<i64>,
     ) -> Result<()> {
@@ -148,7 +157,7 @@ pub mod svc_billing {
     }
 
     /// Pays the recipient what was redeemed and not yet paid out (anyone may send it).
-    pub fn withdraw_session(ctx: Context<WithdrawSession>) -> Result<()> {
+    pub fn withdraw_session<'info>(ctx: Context<'info, WithdrawSession<'info>>) -> Result<()> {
         WithdrawSession::handler(ctx)
     }
 
@@ -160,7 +169,7 @@ pub mod svc_billing {
     /// Refunds the rest and closes the vault: the provider at any time, the payer after
     /// the dispute window.
     #[access_control(ctx.accounts.validate())]
-    pub fn close_session(ctx: Context<CloseSession>) -> Result<()> {
+    pub fn close_session<'info>(ctx: Context<'info, CloseSession<'info>>) -> Result<()> {
         CloseSession::handler(ctx)
     }
 }

@@ -35,6 +35,10 @@ from svcpay.program.generated.program_id import PROGRAM_ID
 ROOT = Path(__file__).resolve().parents[3]
 PROGRAM_SO = ROOT / "target" / "deploy" / "svc_billing.so"
 PROGRAM_KEYPAIR = ROOT / "keys" / "svc_billing-localnet-keypair.json"
+# The Token-2022 transfer hook the tests attach to mints (programs/svc_test_hook), built
+# beside svc_billing by scripts/build-program and loaded at genesis wherever it is.
+TEST_HOOK_ID = "85zuLQZ3X5VrmdsCqMYUPapaNwhMF7TrMBxg4GXEE1dG"
+TEST_HOOK_SO = ROOT / "target" / "deploy" / "svc_test_hook.so"
 STARTUP_TIMEOUT = 90.0
 DROP_IN = "drop-in"
 TEST_VALIDATOR = "solana-test-validator"
@@ -109,9 +113,18 @@ def _drop_in_command(
     cmd = [sys.executable, "-m", "svcpay.localnet.server", "--rpc-port", str(port)]
     if program is not None:
         cmd += ["--bpf-program", str(PROGRAM_ID), str(program)]
+    for address, so in _test_programs(program):
+        cmd += ["--bpf-program", address, str(so)]
     for address, file in accounts:
         cmd += ["--account", address, str(file)]
     return cmd, f"http://127.0.0.1:{port}"
+
+
+def _test_programs(program: Path | None) -> list[tuple[str, Path]]:
+    """The test hook, beside a program built in this checkout (where it is built too)."""
+    if program is None or program.parent != TEST_HOOK_SO.parent or not TEST_HOOK_SO.exists():
+        return []
+    return [(TEST_HOOK_ID, TEST_HOOK_SO)]
 
 
 @contextmanager
@@ -158,6 +171,7 @@ def localnet(
             raise LocalnetError(str(e)) from e
         version = stv.binary_version(exe) or "?"
         genesis = [] if deploy or program is None else [(str(PROGRAM_ID), program)]
+        genesis += _test_programs(program)
         with ExitStack() as stack:
             for attempt in range(3):
                 # A port picked as free can be taken before the validator binds it: only a

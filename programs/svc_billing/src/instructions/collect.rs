@@ -1,11 +1,12 @@
 use anchor_lang::prelude::*;
-use anchor_spl::token::{spl_token, Token, TokenAccount};
+use anchor_spl::token_interface::TokenInterface;
 
 use crate::constants::DELEGATE_SEED;
 use crate::errors::BillingError;
 use crate::events::{RenewalFailed, RenewalFailure, SubscriptionEnded, SubscriptionRenewed};
 use crate::state::{Allowance, Plan, Subscription, SubscriptionStatus};
-use crate::transfer;
+use crate::token_view;
+use crate::transfer::{self, Transfer};
 
 /// Renews a subscription whose period has ended. Anyone may call it (the facilitator's crank
 /// normally does): the money can only go from the subscription's token account to the
@@ -40,9 +41,13 @@ pub struct Collect<'info> {
     #[account(mut, address = subscription.terms.destination @ BillingError::DestinationMismatch)]
     pub destination: UncheckedAccount<'info>,
 
-    /// CHECK: fixed by `address` to the mint of the subscription's terms; `transfer_checked`
-    /// checks it against both token accounts and the decimals.
-    #[account(address = subscription.terms.mint @ BillingError::MintMismatch)]
+    /// CHECK: fixed by `address` to the mint of the subscription's terms, owned by
+    /// `token_program`; `transfer_checked` checks it against both token accounts and the
+    /// decimals.
+    #[account(
+        address = subscription.terms.mint @ BillingError::MintMismatch,
+        owner = token_program.key() @ BillingError::MintMismatch,
+    )]
     pub mint: UncheckedAccount<'info>,
 
     /// CHECK: the subscriber's delegate PDA. A successful pull proves it: the transfer CPI
@@ -52,7 +57,9 @@ pub struct Collect<'info> {
     /// a stranger cannot fake a failure (docs/adr/0005).
     pub delegate: UncheckedAccount<'info>,
 
-    pub token_program: Program<'info, Token>,
+    /// SPL Token or Token-2022, the one that owns the mint. A hooked mint's extra accounts,
+    /// the hook program and its validation account follow as remaining accounts.
+    pub token_program: Interface<'info, TokenInterface>,
 }
 
 impl Collect<'_> {
@@ -76,7 +83,7 @@ impl Collect<'_> {
         Ok(())
     }
 
-    pub fn handler(ctx: Context<Self>) -> Result<()> {
+    pub fn handler<'info>(ctx: Context<'info, Collect<'info>>) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
         let a = ctx.accounts;
         let sub_key = a.subscription.key();
@@ -106,6 +113,8 @@ impl Collect<'_> {
         let terms = a.subscription.terms;
         if let Some(reason) = pull_failure(
             &a.subscriber_token,
+            &a.mint,
+            a.token_program.key,
             &a.subscription.subscriber,
             &a.delegate.key(),
             terms.amount,
@@ -139,12 +148,15 @@ impl Collect<'_> {
             return Ok(());
         }
 
-        transfer::pull(
-            &a.token_program.to_account_info(),
-            &a.subscriber_token.to_account_info(),
-            &a.mint.to_account_info(),
-            &a.destination.to_account_info(),
-            &a.delegate.to_account_info(),
+        let moved = Transfer {
+            token_program: &a.token_program.to_account_info(),
+            source: &a.subscriber_token.to_account_info(),
+            mint: &a.mint.to_account_info(),
+            destination: &a.destination.to_account_info(),
+            authority: &a.delegate.to_account_info(),
+            extra: ctx.remaining_accounts,
+        }
+        .pull(
             &a.subscription.subscriber,
             a.subscription.delegate_bump,
             terms.amount,
@@ -174,6 +186,8 @@ impl Collect<'_> {
             subscription: sub_key,
             plan: plan_key,
             amount: terms.amount,
+            fee: moved.fee,
+            net: moved.net(),
             period_start: sub.current_period_start,
             period_end: sub.current_period_end,
             cycles_billed: sub.cycles_billed,
@@ -186,19 +200,20 @@ impl Collect<'_> {
 /// Why `amount` cannot be pulled from `source` now, if it cannot.
 fn pull_failure(
     source: &AccountInfo,
+    mint: &AccountInfo,
+    token_program: &Pubkey,
     subscriber: &Pubkey,
     delegate: &Pubkey,
     amount: u64,
 ) -> Option<RenewalFailure> {
-    if source.owner != &spl_token::ID {
-        return Some(RenewalFailure::TokenAccountUnusable);
-    }
-    let data = source.try_borrow_data().ok()?;
-    let Ok(account) = TokenAccount::try_deserialize(&mut &data[..]) else {
+    let Ok(account) = token_view::read_token_account(source, token_program) else {
         return Some(RenewalFailure::TokenAccountUnusable);
     };
-    if account.owner != *subscriber || account.is_frozen() {
+    if account.owner != *subscriber || account.frozen || account.mint != *mint.key {
         return Some(RenewalFailure::TokenAccountUnusable);
+    }
+    if token_view::mint_paused(&mint.try_borrow_data().ok()?) {
+        return Some(RenewalFailure::MintPaused);
     }
     match transfer::check_can_pull(&account, delegate, amount) {
         Ok(()) => None,

@@ -1,10 +1,11 @@
 use anchor_lang::prelude::*;
-use anchor_spl::token::{Mint, TokenAccount};
+use anchor_spl::token_interface::TokenInterface;
 
 use crate::constants::PLAN_SEED;
 use crate::errors::BillingError;
 use crate::events::PlanCreated;
 use crate::state::{Plan, PlanStatus};
+use crate::token_view::{self, ext};
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
 pub struct CreatePlanArgs {
@@ -36,18 +37,41 @@ pub struct CreatePlan<'info> {
     )]
     pub plan: Account<'info, Plan>,
 
-    pub mint: Account<'info, Mint>,
+    /// CHECK: read in place by `token_view::mint_decimals`, which requires an initialized
+    /// mint owned by `token_program`; `validate` refuses the extensions payments cannot use.
+    pub mint: UncheckedAccount<'info>,
 
-    /// Receives every payment; any token account of the plan's mint.
-    #[account(constraint = destination.mint == mint.key() @ BillingError::MintMismatch)]
-    pub destination: Account<'info, TokenAccount>,
+    /// CHECK: receives every payment; read in place by `token_view::token_account`, which
+    /// requires an initialized, unfrozen token account of `token_program`; `validate` checks
+    /// its mint and that it accepts transfers without a memo.
+    pub destination: UncheckedAccount<'info>,
+
+    /// SPL Token or Token-2022: the program that owns the mint (docs/adr/0030).
+    pub token_program: Interface<'info, TokenInterface>,
 
     pub system_program: Program<'info, System>,
 }
 
 impl CreatePlan<'_> {
     pub fn validate(&self, args: &CreatePlanArgs) -> Result<()> {
-        Plan::validate_terms(args.amount, args.period_secs, args.grace_secs)
+        Plan::validate_terms(args.amount, args.period_secs, args.grace_secs)?;
+        let program = self.token_program.key();
+        token_view::mint_decimals(&self.mint, &program)?;
+        let destination = token_view::token_account(&self.destination, &program)?;
+        require_keys_eq!(
+            destination.mint,
+            self.mint.key(),
+            BillingError::MintMismatch
+        );
+        check_mint_extensions(&self.mint.try_borrow_data()?)?;
+        let refuses_plain_transfers =
+            token_view::extension(&self.destination.try_borrow_data()?, ext::MEMO_TRANSFER)
+                .is_some_and(|v| v.first() == Some(&1));
+        require!(
+            !refuses_plain_transfers,
+            BillingError::DestinationRequiresMemo
+        );
+        Ok(())
     }
 
     pub fn handler(ctx: Context<Self>, args: CreatePlanArgs) -> Result<()> {
@@ -57,7 +81,10 @@ impl CreatePlan<'_> {
             authority: ctx.accounts.authority.key(),
             plan_id: args.plan_id,
             mint: ctx.accounts.mint.key(),
-            decimals: ctx.accounts.mint.decimals,
+            decimals: token_view::mint_decimals(
+                &ctx.accounts.mint,
+                ctx.accounts.token_program.key,
+            )?,
             amount: args.amount,
             period_secs: args.period_secs,
             destination: ctx.accounts.destination.key(),
@@ -82,4 +109,23 @@ impl CreatePlan<'_> {
         });
         Ok(())
     }
+}
+
+/// The Token-2022 extensions a plan's mint may carry (docs/adr/0030, the README's table).
+/// Tokens that cannot move (non-transferable) are refused, and so are extension types newer
+/// than the program knows; everything else is accepted, and `svcpay plan create` warns about
+/// the ones that change what a payment means (fees, hooks, a permanent delegate, pausing,
+/// default-frozen accounts, interest or a UI multiplier).
+fn check_mint_extensions(mint: &[u8]) -> Result<()> {
+    for (kind, _) in token_view::extensions(mint) {
+        require!(
+            kind != ext::NON_TRANSFERABLE,
+            BillingError::MintNonTransferable
+        );
+        require!(
+            kind <= ext::LAST_KNOWN,
+            BillingError::UnsupportedMintExtension
+        );
+    }
+    Ok(())
 }

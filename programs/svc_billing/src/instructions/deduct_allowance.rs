@@ -1,10 +1,11 @@
 use anchor_lang::prelude::*;
-use anchor_spl::token::{Token, TokenAccount};
+use anchor_spl::token_interface::TokenInterface;
 
 use crate::errors::BillingError;
 use crate::events::AllowanceDeducted;
 use crate::state::{Allowance, Plan, Subscription, SubscriptionStatus};
-use crate::transfer;
+use crate::token_view;
+use crate::transfer::{self, Transfer};
 
 #[derive(Accounts)]
 pub struct DeductAllowance<'info> {
@@ -25,22 +26,28 @@ pub struct DeductAllowance<'info> {
     #[account(mut, dup, has_one = subscription)]
     pub allowance: Account<'info, Allowance>,
 
+    /// CHECK: fixed by `address` to the subscription's funding account; read in place by
+    /// `validate` (`token_view::token_account`: of `token_program`, initialized, unfrozen).
     #[account(
         mut,
         dup,
         address = subscription.token_account @ BillingError::TokenAccountMismatch,
         constraint = subscriber_token.key() != destination.key() @ BillingError::DuplicateAccount,
     )]
-    pub subscriber_token: Account<'info, TokenAccount>,
+    pub subscriber_token: UncheckedAccount<'info>,
 
     /// CHECK: fixed by `address` to the destination of the subscription's terms, which
     /// `create_plan` checked is a token account of the mint; `transfer_checked` checks again.
     #[account(mut, address = subscription.terms.destination @ BillingError::DestinationMismatch)]
     pub destination: UncheckedAccount<'info>,
 
-    /// CHECK: fixed by `address` to the mint of the subscription's terms; `transfer_checked`
-    /// checks it against both token accounts and the decimals.
-    #[account(address = subscription.terms.mint @ BillingError::MintMismatch)]
+    /// CHECK: fixed by `address` to the mint of the subscription's terms, owned by
+    /// `token_program`; `transfer_checked` checks it against both token accounts and the
+    /// decimals.
+    #[account(
+        address = subscription.terms.mint @ BillingError::MintMismatch,
+        owner = token_program.key() @ BillingError::MintMismatch,
+    )]
     pub mint: UncheckedAccount<'info>,
 
     /// CHECK: the subscriber's delegate PDA; signs the transfer and holds no data. Not
@@ -49,7 +56,9 @@ pub struct DeductAllowance<'info> {
     /// the runtime only accepts for that exact address.
     pub delegate: UncheckedAccount<'info>,
 
-    pub token_program: Program<'info, Token>,
+    /// SPL Token or Token-2022, the one that owns the mint. A hooked mint's extra accounts,
+    /// the hook program and its validation account follow as remaining accounts.
+    pub token_program: Interface<'info, TokenInterface>,
 }
 
 impl DeductAllowance<'_> {
@@ -64,19 +73,23 @@ impl DeductAllowance<'_> {
             self.subscription.status == SubscriptionStatus::Active,
             BillingError::SubscriptionNotActive
         );
-        transfer::check_can_pull(&self.subscriber_token, &self.delegate.key(), amount)
+        let source = token_view::token_account(&self.subscriber_token, self.token_program.key)?;
+        transfer::check_can_pull(&source, &self.delegate.key(), amount)
     }
 
-    pub fn handler(ctx: Context<Self>, amount: u64) -> Result<()> {
+    pub fn handler<'info>(ctx: Context<'info, DeductAllowance<'info>>, amount: u64) -> Result<()> {
         let a = ctx.accounts;
         a.allowance.deduct(amount)?;
         let terms = a.subscription.terms;
-        transfer::pull(
-            &a.token_program.to_account_info(),
-            &a.subscriber_token.to_account_info(),
-            &a.mint.to_account_info(),
-            &a.destination.to_account_info(),
-            &a.delegate.to_account_info(),
+        let moved = Transfer {
+            token_program: &a.token_program.to_account_info(),
+            source: &a.subscriber_token.to_account_info(),
+            mint: &a.mint.to_account_info(),
+            destination: &a.destination.to_account_info(),
+            authority: &a.delegate.to_account_info(),
+            extra: ctx.remaining_accounts,
+        }
+        .pull(
             &a.subscription.subscriber,
             a.subscription.delegate_bump,
             amount,
@@ -88,6 +101,8 @@ impl DeductAllowance<'_> {
             subscription: a.subscription.key(),
             allowance: a.allowance.key(),
             amount,
+            fee: moved.fee,
+            net: moved.net(),
             used: a.allowance.used,
             cap: a.allowance.cap,
             remaining: a.allowance.remaining(),

@@ -1,11 +1,20 @@
 use anchor_lang::prelude::*;
+use anchor_lang::solana_program::instruction::{AccountMeta, Instruction};
+use anchor_lang::solana_program::program::invoke;
 use anchor_spl::token_interface::{self, CloseAccount};
 
 use crate::constants::SESSION_SEED;
 use crate::errors::BillingError;
 use crate::events::{SessionCloseRequested, SessionClosed};
 use crate::state::{Session, SessionStatus};
-use crate::{token_view, transfer};
+use crate::token_view;
+use crate::transfer::Transfer;
+
+/// Token-2022's `TransferFeeExtension` / `HarvestWithheldTokensToMint`: moves the fees a
+/// transfer-fee mint withheld in an account to the mint, as anyone may. A vault holding
+/// withheld fees cannot be closed.
+const HARVEST_WITHHELD_TO_MINT: [u8; 2] = [26, 4];
+const TRANSFER_FEE_AMOUNT: u16 = 2;
 
 /// The payer asks to close: the provider keeps `dispute_secs` to redeem its last voucher,
 /// then the payer may close alone.
@@ -68,7 +77,9 @@ pub struct CloseSession<'info> {
     #[account(mut, address = session.payer @ BillingError::Unauthorized)]
     pub payer: UncheckedAccount<'info>,
 
-    /// CHECK: fixed by `address` to the session's mint.
+    /// CHECK: fixed by `address` to the session's mint. Passed writable for a Token-2022
+    /// transfer-fee mint (the vault's withheld fees are harvested into it before the vault
+    /// closes); read-only otherwise, so closes never write-lock a busy mint such as USDC.
     #[account(address = session.mint @ BillingError::MintMismatch)]
     pub mint: UncheckedAccount<'info>,
 
@@ -90,7 +101,7 @@ impl CloseSession<'_> {
         Ok(())
     }
 
-    pub fn handler(ctx: Context<Self>) -> Result<()> {
+    pub fn handler<'info>(ctx: Context<'info, CloseSession<'info>>) -> Result<()> {
         let a = ctx.accounts;
         let s = &a.session;
         let held = token_view::token_account(&a.vault, &s.token_program)?.amount;
@@ -100,30 +111,29 @@ impl CloseSession<'_> {
         // redeemed); `min` keeps a close possible whatever happened to it.
         let owed = s.owed().min(held);
         if owed > 0 {
-            transfer::pay_from_vault(
-                &a.token_program,
-                &a.vault,
-                &a.mint,
-                &a.recipient,
-                &session_info,
-                signer,
-                owed,
-                s.decimals,
-            )?;
+            Transfer {
+                token_program: &a.token_program,
+                source: &a.vault,
+                mint: &a.mint,
+                destination: &a.recipient,
+                authority: &session_info,
+                extra: ctx.remaining_accounts,
+            }
+            .from_vault(signer, owed, s.decimals)?;
         }
         let refunded = held - owed;
         if refunded > 0 {
-            transfer::pay_from_vault(
-                &a.token_program,
-                &a.vault,
-                &a.mint,
-                &a.refund,
-                &session_info,
-                signer,
-                refunded,
-                s.decimals,
-            )?;
+            Transfer {
+                token_program: &a.token_program,
+                source: &a.vault,
+                mint: &a.mint,
+                destination: &a.refund,
+                authority: &session_info,
+                extra: ctx.remaining_accounts,
+            }
+            .from_vault(signer, refunded, s.decimals)?;
         }
+        harvest_withheld(&a.token_program, &a.mint, &a.vault)?;
         let id = s.session_id.to_le_bytes();
         let bump = [s.bump];
         let seeds: &[&[u8]] = &[SESSION_SEED, s.payer.as_ref(), &id, &bump];
@@ -153,4 +163,32 @@ impl CloseSession<'_> {
         });
         Ok(())
     }
+}
+
+/// Harvests the fees a Token-2022 transfer-fee mint withheld in the vault, so it can close.
+#[inline(never)]
+fn harvest_withheld<'info>(
+    token_program: &AccountInfo<'info>,
+    mint: &AccountInfo<'info>,
+    vault: &AccountInfo<'info>,
+) -> Result<()> {
+    let withheld = {
+        let data = vault.try_borrow_data()?;
+        token_view::extension(&data, TRANSFER_FEE_AMOUNT)
+            .and_then(|v| v.get(..8))
+            .map_or(0, |v| u64::from_le_bytes(v.try_into().unwrap()))
+    };
+    if withheld == 0 {
+        return Ok(());
+    }
+    let ix = Instruction {
+        program_id: *token_program.key,
+        accounts: vec![
+            AccountMeta::new(*mint.key, false),
+            AccountMeta::new(*vault.key, false),
+        ],
+        data: HARVEST_WITHHELD_TO_MINT.to_vec(),
+    };
+    invoke(&ix, &[mint.clone(), vault.clone()])?;
+    Ok(())
 }

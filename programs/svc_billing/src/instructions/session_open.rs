@@ -1,15 +1,23 @@
 use anchor_lang::prelude::*;
+use anchor_lang::solana_program::instruction::{AccountMeta, Instruction};
+use anchor_lang::solana_program::program::{get_return_data, invoke};
 use anchor_lang::system_program::{self, Allocate, Assign, CreateAccount, Transfer};
-use anchor_spl::token_interface::{self, InitializeAccount3, TokenInterface, TransferChecked};
+use anchor_spl::token::spl_token;
+use anchor_spl::token_interface::{self, InitializeAccount3, TokenInterface};
 
 use crate::constants::{SESSION_SEED, VAULT_SEED};
 use crate::errors::BillingError;
 use crate::events::SessionOpened;
 use crate::state::{Session, SessionStatus};
 use crate::token_view;
+use crate::transfer::Transfer as TokenTransfer;
 
 /// A token account without extensions, in both token programs.
 const VAULT_LEN: u64 = 165;
+/// Token-2022's `GetAccountDataSize`: the length an account of a mint needs, with the account
+/// extensions the mint's extensions require (a fee mint's withheld amount, a hooked mint's
+/// transferring flag, a pausable mint's marker).
+const GET_ACCOUNT_DATA_SIZE: u8 = 21;
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
 pub struct OpenSessionArgs {
@@ -90,7 +98,10 @@ impl OpenSession<'_> {
         Ok(())
     }
 
-    pub fn handler(ctx: Context<Self>, args: OpenSessionArgs) -> Result<()> {
+    pub fn handler<'info>(
+        ctx: Context<'info, OpenSession<'info>>,
+        args: OpenSessionArgs,
+    ) -> Result<()> {
         let a = ctx.accounts;
         let now = Clock::get()?.unix_timestamp;
         let program = a.token_program.key();
@@ -120,26 +131,26 @@ impl OpenSession<'_> {
             bump: ctx.bumps.session,
             vault_bump: ctx.bumps.vault,
         });
-        token_interface::transfer_checked(
-            CpiContext::new(
-                program,
-                TransferChecked {
-                    from: a.payer_token.to_account_info(),
-                    mint: a.mint.to_account_info(),
-                    to: a.vault.to_account_info(),
-                    authority: a.payer.to_account_info(),
-                },
-            ),
-            args.deposit,
-            decimals,
-        )?;
+        // A transfer-fee mint withholds part of the deposit in the vault: the deposit (the
+        // ceiling of vouchers) is what the vault received.
+        let moved = TokenTransfer {
+            token_program: &a.token_program.to_account_info(),
+            source: &a.payer_token.to_account_info(),
+            mint: &a.mint.to_account_info(),
+            destination: &a.vault.to_account_info(),
+            authority: &a.payer.to_account_info(),
+            extra: ctx.remaining_accounts,
+        }
+        .run(args.deposit, decimals, &[])?;
+        a.session.deposit = moved.net();
         emit!(SessionOpened {
             session: a.session.key(),
             payer: a.payer.key(),
             signer: args.signer,
             recipient: a.recipient.key(),
             mint: a.mint.key(),
-            deposit: args.deposit,
+            deposit: moved.net(),
+            fee: moved.fee,
             price: args.price,
             expires_at: args.expires_at,
             dispute_secs: args.dispute_secs,
@@ -159,7 +170,11 @@ fn create_vault(a: &OpenSession, bump: u8) -> Result<()> {
     let signer = &[seeds];
     let system = a.system_program.key();
     let owner = a.token_program.key();
-    let rent = Rent::get()?.minimum_balance(VAULT_LEN as usize);
+    let len = vault_len(
+        &a.token_program.to_account_info(),
+        &a.mint.to_account_info(),
+    )?;
+    let rent = Rent::get()?.minimum_balance(len as usize);
     let vault = a.vault.to_account_info();
     let payer = a.payer.to_account_info();
     let held = vault.lamports();
@@ -174,7 +189,7 @@ fn create_vault(a: &OpenSession, bump: u8) -> Result<()> {
                 signer,
             ),
             rent,
-            VAULT_LEN,
+            len,
             &owner,
         )?;
     } else {
@@ -194,7 +209,7 @@ fn create_vault(a: &OpenSession, bump: u8) -> Result<()> {
                 },
                 signer,
             ),
-            VAULT_LEN,
+            len,
         )?;
         let account_to_assign = vault.clone();
         system_program::assign(
@@ -210,4 +225,24 @@ fn create_vault(a: &OpenSession, bump: u8) -> Result<()> {
             authority: a.session.to_account_info(),
         },
     ))
+}
+
+/// The vault's length: the base account for SPL Token; for Token-2022 what the token program
+/// says an account of this mint needs (extensions make it longer, and rent with it).
+fn vault_len<'info>(token_program: &AccountInfo<'info>, mint: &AccountInfo<'info>) -> Result<u64> {
+    if *token_program.key == spl_token::ID {
+        return Ok(VAULT_LEN);
+    }
+    let ix = Instruction {
+        program_id: *token_program.key,
+        accounts: vec![AccountMeta::new_readonly(*mint.key, false)],
+        data: vec![GET_ACCOUNT_DATA_SIZE],
+    };
+    invoke(&ix, core::slice::from_ref(mint))?;
+    match get_return_data() {
+        Some((program, data)) if program == *token_program.key && data.len() == 8 => {
+            Ok(u64::from_le_bytes(data[..8].try_into().unwrap()))
+        }
+        _ => err!(BillingError::MintMismatch),
+    }
 }

@@ -5,7 +5,8 @@ use crate::errors::BillingError;
 use crate::events::{SessionRedeemed, SessionWithdrawn};
 use crate::state::session::layout;
 use crate::state::Session;
-use crate::{transfer, voucher};
+use crate::transfer::Transfer;
+use crate::voucher;
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
 pub struct RedeemArgs {
@@ -108,28 +109,29 @@ pub struct WithdrawSession<'info> {
 }
 
 impl WithdrawSession<'_> {
-    pub fn handler(ctx: Context<Self>) -> Result<()> {
+    pub fn handler<'info>(ctx: Context<'info, WithdrawSession<'info>>) -> Result<()> {
         let a = ctx.accounts;
         let amount = a.session.owed();
         if amount == 0 {
             return Ok(());
         }
         let s = &a.session;
-        transfer::pay_from_vault(
-            &a.token_program,
-            &a.vault,
-            &a.mint,
-            &a.recipient,
-            &s.to_account_info(),
-            (&s.payer, s.session_id, s.bump),
-            amount,
-            s.decimals,
-        )?;
+        let moved = Transfer {
+            token_program: &a.token_program.to_account_info(),
+            source: &a.vault.to_account_info(),
+            mint: &a.mint.to_account_info(),
+            destination: &a.recipient.to_account_info(),
+            authority: &s.to_account_info(),
+            extra: ctx.remaining_accounts,
+        }
+        .from_vault((&s.payer, s.session_id, s.bump), amount, s.decimals)?;
         let s = &mut a.session;
         s.withdrawn = s.redeemed;
         emit!(SessionWithdrawn {
             session: s.key(),
             amount,
+            fee: moved.fee,
+            net: moved.net(),
             withdrawn: s.withdrawn,
         });
         Ok(())

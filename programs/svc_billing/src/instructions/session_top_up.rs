@@ -1,10 +1,11 @@
 use anchor_lang::prelude::*;
-use anchor_spl::token_interface::{self, TokenInterface, TransferChecked};
+use anchor_spl::token_interface::TokenInterface;
 
 use crate::errors::BillingError;
 use crate::events::SessionToppedUp;
 use crate::state::{Session, SessionStatus};
 use crate::token_view;
+use crate::transfer::Transfer;
 
 /// Adds to an open session's deposit (payer), and optionally extends its expiry.
 #[derive(Accounts)]
@@ -55,32 +56,34 @@ impl TopUpSession<'_> {
         Ok(())
     }
 
-    pub fn handler(ctx: Context<Self>, amount: u64, expires_at: Option<i64>) -> Result<()> {
+    pub fn handler<'info>(
+        ctx: Context<'info, TopUpSession<'info>>,
+        amount: u64,
+        expires_at: Option<i64>,
+    ) -> Result<()> {
         let a = ctx.accounts;
-        token_interface::transfer_checked(
-            CpiContext::new(
-                a.token_program.key(),
-                TransferChecked {
-                    from: a.payer_token.to_account_info(),
-                    mint: a.mint.to_account_info(),
-                    to: a.vault.to_account_info(),
-                    authority: a.payer.to_account_info(),
-                },
-            ),
-            amount,
-            a.session.decimals,
-        )?;
+        // What the vault received: a transfer-fee mint withholds its fee there.
+        let moved = Transfer {
+            token_program: &a.token_program.to_account_info(),
+            source: &a.payer_token.to_account_info(),
+            mint: &a.mint.to_account_info(),
+            destination: &a.vault.to_account_info(),
+            authority: &a.payer.to_account_info(),
+            extra: ctx.remaining_accounts,
+        }
+        .run(amount, a.session.decimals, &[])?;
         let s = &mut a.session;
         s.deposit = s
             .deposit
-            .checked_add(amount)
+            .checked_add(moved.net())
             .ok_or(BillingError::MathOverflow)?;
         if let Some(t) = expires_at {
             s.expires_at = t;
         }
         emit!(SessionToppedUp {
             session: s.key(),
-            amount,
+            amount: moved.net(),
+            fee: moved.fee,
             deposit: s.deposit,
             expires_at: s.expires_at,
         });

@@ -1,11 +1,12 @@
 use anchor_lang::prelude::*;
-use anchor_spl::token::{self, Approve, Token, TokenAccount};
+use anchor_spl::token_interface::{self, Approve, TokenInterface};
 
 use crate::constants::{ALLOWANCE_SEED, DELEGATE_SEED, SUBSCRIPTION_SEED};
 use crate::errors::BillingError;
 use crate::events::SubscriptionCreated;
 use crate::state::{Allowance, Plan, PlanStatus, Subscription, SubscriptionStatus, Terms};
-use crate::transfer;
+use crate::token_view::{self, ext};
+use crate::transfer::{self, Transfer};
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
 pub struct SubscribeArgs {
@@ -54,22 +55,24 @@ pub struct Subscribe<'info> {
     )]
     pub allowance: Option<Account<'info, Allowance>>,
 
-    /// The subscriber's account that pays, now and at each renewal.
+    /// CHECK: the subscriber's account that pays, now and at each renewal; read in place by
+    /// `validate` (`token_view::token_account`: of `token_program`, initialized, not frozen;
+    /// its mint the plan's, its owner the subscriber).
     #[account(
         mut,
         dup,
-        constraint = subscriber_token.mint == mint.key() @ BillingError::MintMismatch,
-        constraint = subscriber_token.owner == subscriber.key() @ BillingError::TokenAccountMismatch,
         constraint = subscriber_token.key() != destination.key() @ BillingError::DuplicateAccount,
     )]
-    pub subscriber_token: Account<'info, TokenAccount>,
+    pub subscriber_token: UncheckedAccount<'info>,
 
     /// CHECK: the plan's destination, pinned by `has_one` on the plan; `create_plan` checked
     /// it is a token account of the mint and `transfer_checked` checks again.
     #[account(mut)]
     pub destination: UncheckedAccount<'info>,
 
-    /// CHECK: the plan's mint, pinned by `has_one` on the plan; `transfer_checked` checks it.
+    /// CHECK: the plan's mint, pinned by `has_one` on the plan; its owner must be
+    /// `token_program` (`constraint`), and `transfer_checked` checks it again.
+    #[account(owner = token_program.key() @ BillingError::MintMismatch)]
     pub mint: UncheckedAccount<'info>,
 
     /// CHECK: a PDA that only signs transfers and holds no data; its address is fixed by
@@ -77,7 +80,9 @@ pub struct Subscribe<'info> {
     #[account(seeds = [DELEGATE_SEED, subscriber.key().as_ref()], bump)]
     pub delegate: UncheckedAccount<'info>,
 
-    pub token_program: Program<'info, Token>,
+    /// SPL Token or Token-2022, the one that owns the plan's mint. A hooked mint's extra
+    /// accounts, the hook program and its validation account follow as remaining accounts.
+    pub token_program: Interface<'info, TokenInterface>,
     pub system_program: Program<'info, System>,
 }
 
@@ -102,16 +107,33 @@ impl Subscribe<'_> {
             (None, None) => require!(!had_allowance, BillingError::NoAllowance),
             (Some(_), None) => return err!(BillingError::NoAllowance),
         }
+        let source = token_view::token_account(&self.subscriber_token, self.token_program.key)?;
+        require_keys_eq!(source.mint, self.mint.key(), BillingError::MintMismatch);
+        require_keys_eq!(
+            source.owner,
+            self.subscriber.key(),
+            BillingError::TokenAccountMismatch
+        );
         require!(
-            self.subscriber_token.amount >= self.plan.amount,
+            source.amount >= self.plan.amount,
             BillingError::InsufficientFunds
         );
+        // A CPI guard forbids the approval below in a CPI: say so rather than let
+        // Token-2022 fail with its own code.
+        let guarded =
+            token_view::extension(&self.subscriber_token.try_borrow_data()?, ext::CPI_GUARD)
+                .is_some_and(|v| v.first() == Some(&1));
+        require!(!guarded, BillingError::CpiGuardEnabled);
         Ok(())
     }
 
-    pub fn handler(ctx: Context<Self>, args: SubscribeArgs) -> Result<()> {
+    pub fn handler<'info>(
+        ctx: Context<'info, Subscribe<'info>>,
+        args: SubscribeArgs,
+    ) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
         let a = ctx.accounts;
+        let source = token_view::token_account(&a.subscriber_token, a.token_program.key)?;
         let terms = Terms {
             mint: a.plan.mint,
             decimals: a.plan.decimals,
@@ -124,8 +146,8 @@ impl Subscribe<'_> {
         // everything; each subscription's limits are enforced here (docs/adr/0003). A token
         // account that already delegates (nearly) everything to it, from another plan or
         // an ended subscription, keeps its approval: one CPI fewer.
-        if !transfer::delegates_everything(&a.subscriber_token, &a.delegate.key()) {
-            token::approve(
+        if !transfer::delegates_everything(&source, &a.delegate.key()) {
+            token_interface::approve(
                 CpiContext::new(
                     a.token_program.key(),
                     Approve {
@@ -137,12 +159,15 @@ impl Subscribe<'_> {
                 u64::MAX,
             )?;
         }
-        transfer::pull(
-            &a.token_program.to_account_info(),
-            &a.subscriber_token.to_account_info(),
-            &a.mint.to_account_info(),
-            &a.destination.to_account_info(),
-            &a.delegate.to_account_info(),
+        let moved = Transfer {
+            token_program: &a.token_program.to_account_info(),
+            source: &a.subscriber_token.to_account_info(),
+            mint: &a.mint.to_account_info(),
+            destination: &a.destination.to_account_info(),
+            authority: &a.delegate.to_account_info(),
+            extra: ctx.remaining_accounts,
+        }
+        .pull(
             &a.subscriber.key(),
             ctx.bumps.delegate,
             terms.amount,
@@ -201,6 +226,8 @@ impl Subscribe<'_> {
             plan: plan.key(),
             subscriber: a.subscriber.key(),
             amount: terms.amount,
+            fee: moved.fee,
+            net: moved.net(),
             period_start: now,
             period_end,
             max_overage: args.max_overage.unwrap_or(0),

@@ -334,6 +334,54 @@ class SessionNotOpen(ProgramError):
     msg = "the session must be open (not closing) for this operation"
 
 
+class MintNonTransferable(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(
+            6032, "the mint is non-transferable: its tokens cannot pay a plan"
+        )
+
+    code = 6032
+    name = "MintNonTransferable"
+    msg = "the mint is non-transferable: its tokens cannot pay a plan"
+
+
+class UnsupportedMintExtension(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(
+            6033, "the mint has a Token-2022 extension this program does not know"
+        )
+
+    code = 6033
+    name = "UnsupportedMintExtension"
+    msg = "the mint has a Token-2022 extension this program does not know"
+
+
+class DestinationRequiresMemo(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(
+            6034,
+            "the destination requires a memo on incoming transfers: turn memo-required off",
+        )
+
+    code = 6034
+    name = "DestinationRequiresMemo"
+    msg = (
+        "the destination requires a memo on incoming transfers: turn memo-required off"
+    )
+
+
+class CpiGuardEnabled(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(
+            6035,
+            "the token account's CPI guard is on: turn it off to let the program take payments",
+        )
+
+    code = 6035
+    name = "CpiGuardEnabled"
+    msg = "the token account's CPI guard is on: turn it off to let the program take payments"
+
+
 CustomError = typing.Union[
     InsufficientFunds,
     SubscriptionNotActive,
@@ -367,6 +415,10 @@ CustomError = typing.Union[
     SessionClosed,
     DisputeWindowOpen,
     SessionNotOpen,
+    MintNonTransferable,
+    UnsupportedMintExtension,
+    DestinationRequiresMemo,
+    CpiGuardEnabled,
 ]
 CUSTOM_ERROR_MAP: dict[int, CustomError] = {
     6000: InsufficientFunds(),
@@ -401,6 +453,10 @@ CUSTOM_ERROR_MAP: dict[int, CustomError] = {
     6029: SessionClosed(),
     6030: DisputeWindowOpen(),
     6031: SessionNotOpen(),
+    6032: MintNonTransferable(),
+    6033: UnsupportedMintExtension(),
+    6034: DestinationRequiresMemo(),
+    6035: CpiGuardEnabled(),
 }
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 import typing
 from solders.pubkey import Pubkey
 from solders.system_program import ID as SYS_PROGRAM_ID
+from spl.token.constants import TOKEN_PROGRAM_ID
 from solders.instruction import Instruction, AccountMeta
 from svcpay.program import borsh
 from .. import types
@@ -34,6 +35,7 @@ def create_plan(
         AccountMeta(pubkey=accounts["plan"], is_signer=False, is_writable=True),
         AccountMeta(pubkey=accounts["mint"], is_signer=False, is_writable=False),
         AccountMeta(pubkey=accounts["destination"], is_signer=False, is_writable=False),
+        AccountMeta(pubkey=TOKEN_PROGRAM_ID, is_signer=False, is_writable=False),
         AccountMeta(pubkey=SYS_PROGRAM_ID, is_signer=False, is_writable=False),
     ]
     if remaining_accounts is not None:

@@ -18,6 +18,10 @@ class TokenAccountUnusableJSON(typing.TypedDict):
     kind: typing.Literal["TokenAccountUnusable"]
 
 
+class MintPausedJSON(typing.TypedDict):
+    kind: typing.Literal["MintPaused"]
+
+
 @dataclass
 class InsufficientFunds:
     discriminator: typing.ClassVar = 0
@@ -72,11 +76,32 @@ class TokenAccountUnusable:
         }
 
 
+@dataclass
+class MintPaused:
+    discriminator: typing.ClassVar = 3
+    kind: typing.ClassVar = "MintPaused"
+
+    @classmethod
+    def to_json(cls) -> MintPausedJSON:
+        return MintPausedJSON(
+            kind="MintPaused",
+        )
+
+    @classmethod
+    def to_encodable(cls) -> dict:
+        return {
+            "MintPaused": {},
+        }
+
+
 RenewalFailureKind = typing.Union[
-    InsufficientFunds, DelegationMissing, TokenAccountUnusable
+    InsufficientFunds, DelegationMissing, TokenAccountUnusable, MintPaused
 ]
 RenewalFailureJSON = typing.Union[
-    InsufficientFundsJSON, DelegationMissingJSON, TokenAccountUnusableJSON
+    InsufficientFundsJSON,
+    DelegationMissingJSON,
+    TokenAccountUnusableJSON,
+    MintPausedJSON,
 ]
 
 
@@ -89,6 +114,8 @@ def from_decoded(obj: dict) -> RenewalFailureKind:
         return DelegationMissing()
     if "TokenAccountUnusable" in obj:
         return TokenAccountUnusable()
+    if "MintPaused" in obj:
+        return MintPaused()
     raise ValueError("Invalid enum object")
 
 
@@ -99,6 +126,8 @@ def from_json(obj: RenewalFailureJSON) -> RenewalFailureKind:
         return DelegationMissing()
     if obj["kind"] == "TokenAccountUnusable":
         return TokenAccountUnusable()
+    if obj["kind"] == "MintPaused":
+        return MintPaused()
     kind = obj["kind"]
     raise ValueError(f"Unrecognized enum kind: {kind}")
 
@@ -107,4 +136,5 @@ layout = EnumForCodegen(
     "InsufficientFunds" / borsh.CStruct(),
     "DelegationMissing" / borsh.CStruct(),
     "TokenAccountUnusable" / borsh.CStruct(),
+    "MintPaused" / borsh.CStruct(),
 )

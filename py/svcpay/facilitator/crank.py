@@ -26,12 +26,12 @@ from solders.message import MessageV0
 from solders.pubkey import Pubkey
 
 from svcpay.facilitator.config import MIN_LEASE_SECS, FacilitatorConfig
-from svcpay.facilitator.lifecycle import record_receipt
+from svcpay.facilitator.lifecycle import record_receipt, transfer_refused
 from svcpay.facilitator.store import Store
-from svcpay.program import instructions
 from svcpay.program.client import BillingClient, Receipt, TransactionError, status_name
 from svcpay.program.errors import ProgramError
 from svcpay.program.generated.accounts.subscription import Subscription
+from svcpay.program.generated.program_id import PROGRAM_ID
 
 log = logging.getLogger("svcpay.crank")
 MAX_TX_BYTES = 1232  # Solana's packet limit for a serialized transaction
@@ -249,11 +249,13 @@ class _Pass:
         self.instance = "crank"
         self.retry_secs, self.past_due_retry_secs = 60, 3600
         self.events_at = 0
+        self.due: dict[Pubkey, Subscription] = {}
 
     async def run(self, due: Sequence[tuple[Pubkey, Subscription]]) -> None:
         """Every group, concurrently; the first error other than a refused transaction
         cancels the rest and is raised."""
-        items = [(key, instructions.collect_subscription(sub)) for key, sub in due]
+        self.due = dict(due)
+        items = [(key, await self.client.collect_instruction(sub)) for key, sub in due]
         tasks = [asyncio.create_task(self.handle(g)) for g in pack(items, self.payer.pubkey())]
         if not tasks:
             return
@@ -318,5 +320,26 @@ class _Pass:
         self.summary.errors.append(f"{key}: {error}")
         if self.progress:
             self.progress(self.summary)
+        refused_by = getattr(error, "failed_in", None)
+        sub = self.due.get(key)
+        if (
+            self.store is not None
+            and isinstance(error, TransactionError)
+            and error.rejected
+            and refused_by not in (None, str(PROGRAM_ID))
+            and sub is not None
+        ):
+            # The token program (or the mint's transfer hook) refused the transfer: the
+            # renewal failed, and webhooks say so; the crank goes on with the others.
+            event = transfer_refused(
+                str(key),
+                str(sub.plan),
+                sub.terms.amount,
+                sub.current_period_end,
+                str(refused_by),
+                str(error),
+                self.events_at or int(time.time()),
+            )
+            await self.store.events.add_many([event])
         if self.store is not None:
             await self.backoff(key, str(error), self.retry_secs, 6 * 3600)

@@ -169,6 +169,33 @@ def from_program_event(
     return []
 
 
+def transfer_refused(
+    subscription: str, plan: str, amount: int, period_end: int, program: str, error: str, at: int
+) -> Event:
+    """`subscription.renewal_failed` for a renewal the token program refused inside svc_billing
+    (a Token-2022 transfer hook, a frozen destination): the transaction failed, so the chain
+    recorded nothing and the crank reports it. One event per period (the retries of one
+    period share its key)."""
+    key = f"refused:{subscription}:{period_end}"
+    return Event(
+        id="evt_" + uuid.uuid5(uuid.NAMESPACE_URL, key).hex[:24],
+        type="subscription.renewal_failed",
+        created_at=at,
+        data={
+            "subscription": subscription,
+            "plan": plan,
+            "amount": amount,
+            "reason": "TransferRefused",
+            "program": program,
+            "error": error[:300],
+        },
+        source="crank",
+        chain_key=key,
+        plan=plan,
+        subscription=subscription,
+    )
+
+
 async def record_receipt(
     store: Store,
     receipt: Receipt,

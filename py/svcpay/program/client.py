@@ -37,6 +37,7 @@ from svcpay.program.generated.accounts.plan import Plan
 from svcpay.program.generated.accounts.subscription import Subscription
 from svcpay.program.generated.program_id import PROGRAM_ID
 from svcpay.program.generated.types.subscription_status import Cancelled, Expired
+from svcpay.program.tokens import TokenRoutes
 
 CLOCK_SYSVAR = Pubkey.from_string("SysvarC1ock11111111111111111111111111111111")
 # A blockhash is valid for 150 slots (about a minute); after this long an unconfirmed
@@ -52,7 +53,9 @@ def is_live(sub: Subscription) -> bool:
 class TransactionError(RuntimeError):
     """A transaction failed for a reason other than a svc_billing error. `rejected`: one of
     its instructions failed (in simulation or on chain), so sending it again cannot help;
-    otherwise it may not have been sent or confirmed (an expired blockhash, a timeout)."""
+    otherwise it may not have been sent or confirmed (an expired blockhash, a timeout).
+    `failed_in`: the program where the failure began (svc_billing itself, a token
+    program, or a mint's transfer hook refusing the transfer)."""
 
     def __init__(
         self, message: str, logs: list[str] | None = None, *, rejected: bool = False
@@ -60,6 +63,16 @@ class TransactionError(RuntimeError):
         super().__init__(message)
         self.logs = logs or []
         self.rejected = rejected
+        self.failed_in = failing_program(self.logs)
+
+
+def failing_program(logs: list[str]) -> str | None:
+    """The program where a failed transaction's error began: the first `Program X failed`
+    line of its logs (the innermost call fails first, its callers after it)."""
+    for line in logs:
+        if line.startswith("Program ") and " failed: " in line:
+            return line.split(" ", 2)[1]
+    return None
 
 
 @dataclass(frozen=True)
@@ -84,6 +97,7 @@ class BillingClient:
     def __init__(self, rpc: AsyncClient, program_id: Pubkey = PROGRAM_ID) -> None:
         self.rpc = rpc
         self.program_id = program_id
+        self.tokens = TokenRoutes(rpc)
         self._sent: deque[bytes] = deque(maxlen=512)
 
     @classmethod
@@ -120,7 +134,7 @@ class BillingClient:
             logs = list(getattr(data, "logs", None) or [])
             err = getattr(data, "err", None)
             message = str(getattr(detail, "message", detail))
-            raise errors.from_logs_or_error(err) or TransactionError(
+            raise self._program_error(err, logs) or TransactionError(
                 message, logs, rejected="InstructionError" in f"{type(err).__name__} {err}"
             ) from e
         try:
@@ -135,10 +149,19 @@ class BillingClient:
             raise TransactionError(f"transaction {sig} confirmed but not found")
         logs = list(meta.log_messages or [])
         if meta.err is not None:
-            raise errors.from_logs_or_error(meta.err) or TransactionError(
+            raise self._program_error(meta.err, logs) or TransactionError(
                 str(meta.err), logs, rejected="InstructionError" in str(meta.err)
             )
         return Receipt(str(sig), meta.compute_units_consumed or 0, logs, decode_logs(logs))
+
+    def _program_error(self, err: object, logs: list[str]) -> errors.ProgramError | None:
+        """svc_billing's error, if the failure is its own: a custom error that another program
+        raised inside it (a Token-2022 transfer hook refusing, say) carries the same kind of
+        code, and is a TransactionError instead, with `failed_in` set."""
+        origin = failing_program(logs)
+        if origin is not None and origin != str(self.program_id):
+            return None
+        return errors.from_logs_or_error(err)
 
     async def landed(self, signature: str) -> bool | None:
         """True if the transaction succeeded on chain, False if it failed there, None if
@@ -163,6 +186,13 @@ class BillingClient:
         """A signed, unsent deduct_allowance (for callers that record it before sending);
         `known` is the subscription's account when the caller has just read it."""
         sub = known or await self._subscription(subscription)
+        route = await self.tokens.route(
+            sub.terms.mint,
+            source=sub.token_account,
+            destination=sub.terms.destination,
+            authority=pda.delegate_address(sub.subscriber, self.program_id),
+            amount=amount,
+        )
         ix = instructions.deduct_allowance(
             authority.pubkey(),
             sub.plan,
@@ -171,8 +201,24 @@ class BillingClient:
             sub.terms.mint,
             sub.terms.destination,
             amount,
+            token_program=route.program,
+            extra=route.extra,
         )
         return await self.sign([ix], [authority])
+
+    async def collect_instruction(self, sub: Subscription) -> Instruction:
+        """`collect` for a fetched subscription, with its mint's token program and, for a
+        hooked Token-2022 mint, the hook's accounts."""
+        route = await self.tokens.route(
+            sub.terms.mint,
+            source=sub.token_account,
+            destination=sub.terms.destination,
+            authority=pda.delegate_address(sub.subscriber, self.program_id),
+            amount=sub.terms.amount,
+        )
+        return instructions.collect_subscription(
+            sub, token_program=route.program, extra=route.extra
+        )
 
     # -- reads ----------------------------------------------------------------------
     async def _data(self, address: Pubkey) -> bytes | None:
@@ -250,6 +296,7 @@ class BillingClient:
             amount,
             period_secs,
             grace_secs,
+            token_program=await self.tokens.program(mint),
         )
         await self.send([ix], [authority])
         return pda.plan_address(authority.pubkey(), plan_id, self.program_id)
@@ -290,7 +337,17 @@ class BillingClient:
         previous = await self.fetch_subscription(address)
         if previous is not None and is_live(previous):
             return address
-        source = token_account or get_associated_token_address(subscriber.pubkey(), plan.mint)
+        program = await self.tokens.program(plan.mint)
+        source = token_account or get_associated_token_address(
+            subscriber.pubkey(), plan.mint, program
+        )
+        route = await self.tokens.route(
+            plan.mint,
+            source=source,
+            destination=plan.destination,
+            authority=pda.delegate_address(subscriber.pubkey(), self.program_id),
+            amount=plan.amount,
+        )
         ix = instructions.subscribe(
             plan_key,
             subscriber.pubkey(),
@@ -299,6 +356,8 @@ class BillingClient:
             plan.destination,
             max_overage,
             previous_allowance=previous is not None and previous.has_allowance,
+            token_program=route.program,
+            extra=route.extra,
         )
         await self.send([ix], [subscriber])
         return address
@@ -357,7 +416,7 @@ class BillingClient:
         """Renews if due; the receipt carries SubscriptionRenewed, RenewalFailed or
         SubscriptionEnded."""
         sub = await self._subscription(subscription)
-        return await self.send([instructions.collect_subscription(sub)], [payer])
+        return await self.send([await self.collect_instruction(sub)], [payer])
 
     async def deduct_allowance(
         self, subscription: Pubkey | str, amount: int, authority: Keypair

@@ -1,12 +1,19 @@
 """svc_billing instructions with every account filled in (PDAs derived from the seeds).
 
 Thin wrappers over the generated client; amounts are integers in the mint's base units.
+The instructions that move tokens take the mint's `token_program` (SPL Token by default, or
+Token-2022) and `extra`: the accounts a Token-2022 transfer hook needs (its extra accounts,
+its program and its validation account, svcpay.program.tokens resolves them), which the
+program forwards to the token program.
 """
 
 from __future__ import annotations
 
-from solders.instruction import Instruction
+from collections.abc import Sequence
+
+from solders.instruction import AccountMeta, Instruction
 from solders.pubkey import Pubkey
+from spl.token.constants import TOKEN_PROGRAM_ID
 
 from svcpay.program import pda
 from svcpay.program.generated import instructions as gen
@@ -14,6 +21,22 @@ from svcpay.program.generated.accounts.subscription import Subscription
 from svcpay.program.generated.types.create_plan_args import CreatePlanArgs
 from svcpay.program.generated.types.subscribe_args import SubscribeArgs
 from svcpay.program.generated.types.update_plan_args import UpdatePlanArgs
+
+
+def with_token_program(
+    ix: Instruction, token_program: Pubkey, extra: Sequence[AccountMeta] = ()
+) -> Instruction:
+    """`ix` with `token_program` where the generated client put SPL Token (it fills every
+    account named token_program with it), and `extra` appended as remaining accounts."""
+    metas = list(ix.accounts)
+    if token_program != TOKEN_PROGRAM_ID:
+        metas = [
+            AccountMeta(token_program, m.is_signer, m.is_writable)
+            if m.pubkey == TOKEN_PROGRAM_ID
+            else m
+            for m in metas
+        ]
+    return Instruction(ix.program_id, ix.data, [*metas, *extra])
 
 
 def create_plan(
@@ -25,8 +48,11 @@ def create_plan(
     amount: int,
     period_secs: int,
     grace_secs: int,
+    *,
+    token_program: Pubkey = TOKEN_PROGRAM_ID,
 ) -> Instruction:
-    """Publishes plan `plan_id` of `authority`: `amount` every `period_secs` to `destination`."""
+    """Publishes plan `plan_id` of `authority`: `amount` every `period_secs` to `destination`
+    (a token account of `mint`, a mint of `token_program`)."""
     args = CreatePlanArgs(
         plan_id=plan_id,
         amount=amount,
@@ -34,7 +60,7 @@ def create_plan(
         grace_secs=grace_secs,
         billing_authority=billing_authority,
     )
-    return gen.create_plan(
+    ix = gen.create_plan(
         {"args": args},
         {
             "authority": authority,
@@ -43,6 +69,7 @@ def create_plan(
             "destination": destination,
         },
     )
+    return with_token_program(ix, token_program)
 
 
 def subscribe(
@@ -53,6 +80,9 @@ def subscribe(
     destination: Pubkey,
     max_overage: int | None = None,
     previous_allowance: bool = False,
+    *,
+    token_program: Pubkey = TOKEN_PROGRAM_ID,
+    extra: Sequence[AccountMeta] = (),
 ) -> Instruction:
     """Subscribes `subscriber` to `plan`, paying the first period from `subscriber_token`.
 
@@ -62,7 +92,7 @@ def subscribe(
     subscription = pda.subscription_address(plan, subscriber)
     wants_allowance = max_overage is not None or previous_allowance
     allowance = pda.allowance_address(subscription) if wants_allowance else None
-    return gen.subscribe(
+    ix = gen.subscribe(
         {"args": SubscribeArgs(max_overage=max_overage)},
         {
             "subscriber": subscriber,
@@ -75,6 +105,7 @@ def subscribe(
             "delegate": pda.delegate_address(subscriber),
         },
     )
+    return with_token_program(ix, token_program, extra)
 
 
 def deduct_allowance(
@@ -85,10 +116,13 @@ def deduct_allowance(
     mint: Pubkey,
     destination: Pubkey,
     amount: int,
+    *,
+    token_program: Pubkey = TOKEN_PROGRAM_ID,
+    extra: Sequence[AccountMeta] = (),
 ) -> Instruction:
     """Charges `amount` of metered usage to `subscriber`'s allowance, signed by `authority`."""
     subscription = pda.subscription_address(plan, subscriber)
-    return gen.deduct_allowance(
+    ix = gen.deduct_allowance(
         {"amount": amount},
         {
             "authority": authority,
@@ -101,6 +135,7 @@ def deduct_allowance(
             "delegate": pda.delegate_address(subscriber),
         },
     )
+    return with_token_program(ix, token_program, extra)
 
 
 def collect(
@@ -110,10 +145,13 @@ def collect(
     mint: Pubkey,
     destination: Pubkey,
     has_allowance: bool,
+    *,
+    token_program: Pubkey = TOKEN_PROGRAM_ID,
+    extra: Sequence[AccountMeta] = (),
 ) -> Instruction:
     """Renews `subscriber`'s subscription to `plan` if due (anyone may send it)."""
     subscription = pda.subscription_address(plan, subscriber)
-    return gen.collect(
+    ix = gen.collect(
         {
             "plan": plan,
             "subscription": subscription,
@@ -124,9 +162,15 @@ def collect(
             "delegate": pda.delegate_address(subscriber),
         },
     )
+    return with_token_program(ix, token_program, extra)
 
 
-def collect_subscription(subscription: Subscription) -> Instruction:
+def collect_subscription(
+    subscription: Subscription,
+    *,
+    token_program: Pubkey = TOKEN_PROGRAM_ID,
+    extra: Sequence[AccountMeta] = (),
+) -> Instruction:
     """`collect` for a fetched subscription account (every account taken from it)."""
     return collect(
         subscription.plan,
@@ -135,6 +179,8 @@ def collect_subscription(subscription: Subscription) -> Instruction:
         subscription.terms.mint,
         subscription.terms.destination,
         subscription.has_allowance,
+        token_program=token_program,
+        extra=extra,
     )
 
 

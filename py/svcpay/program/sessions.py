@@ -22,6 +22,7 @@ from svcpay.program.generated import instructions as gen
 from svcpay.program.generated.accounts.session import Session
 from svcpay.program.generated.types.open_session_args import OpenSessionArgs
 from svcpay.program.generated.types.redeem_args import RedeemArgs
+from svcpay.program.instructions import with_token_program
 from svcpay.protocol.voucher import SignedVoucher, ed25519_instruction
 
 
@@ -38,9 +39,12 @@ def open_session(
     expires_at: int,
     dispute_secs: int,
     token_program: Pubkey = TOKEN_PROGRAM_ID,
+    extra: Sequence[AccountMeta] = (),
 ) -> Instruction:
     """Opens `payer`'s session `session_id`, escrowing `deposit` from `payer_token` for
-    vouchers by `signer`, redeemed to `recipient`."""
+    vouchers by `signer`, redeemed to `recipient`. `extra`: a hooked mint's transfer-hook
+    accounts (svcpay.program.tokens). A transfer-fee mint's fee is withheld on the way in:
+    the session's deposit is what the vault received."""
     session = pda.session_address(payer, session_id)
     args = OpenSessionArgs(
         session_id=session_id,
@@ -61,11 +65,16 @@ def open_session(
             "recipient": recipient,
         },
     )
-    return _with_token_program(ix, token_program)
+    return with_token_program(ix, token_program, extra)
 
 
 def top_up(
-    session: Session, address: Pubkey, amount: int, expires_at: int | None = None
+    session: Session,
+    address: Pubkey,
+    amount: int,
+    expires_at: int | None = None,
+    *,
+    extra: Sequence[AccountMeta] = (),
 ) -> Instruction:
     """Adds `amount` to the deposit of the session at `address` (its payer signs)."""
     ix = gen.top_up_session(
@@ -78,7 +87,7 @@ def top_up(
             "payer_token": session.refund,
         },
     )
-    return _with_token_program(ix, session.token_program)
+    return with_token_program(ix, session.token_program, extra)
 
 
 def redeem_instruction(
@@ -92,7 +101,9 @@ def redeem_instruction(
     return gen.redeem_session({"args": args}, {"session": address, "instructions": INSTRUCTIONS})
 
 
-def withdraw(session: Session, address: Pubkey) -> Instruction:
+def withdraw(
+    session: Session, address: Pubkey, *, extra: Sequence[AccountMeta] = ()
+) -> Instruction:
     """`withdraw_session`: pays the recipient what was redeemed and not yet paid out."""
     ix = gen.withdraw_session(
         {
@@ -102,18 +113,23 @@ def withdraw(session: Session, address: Pubkey) -> Instruction:
             "mint": session.mint,
         }
     )
-    return _with_token_program(ix, session.token_program)
+    return with_token_program(ix, session.token_program, extra)
 
 
 def redeem(
-    session: Session, address: Pubkey, voucher: SignedVoucher, at: int = 0
+    session: Session,
+    address: Pubkey,
+    voucher: SignedVoucher,
+    at: int = 0,
+    *,
+    extra: Sequence[AccountMeta] = (),
 ) -> list[Instruction]:
     """The precompile instruction, the redeem and the withdrawal, for a transaction in which
     the precompile is instruction `at`."""
     return [
         ed25519_instruction([voucher]),
         redeem_instruction(session, address, voucher, at),
-        withdraw(session, address),
+        withdraw(session, address, extra=extra),
     ]
 
 
@@ -134,9 +150,18 @@ def request_close(session: Session, address: Pubkey) -> Instruction:
     return gen.request_close_session({"payer": session.payer, "session": address})
 
 
-def close(session: Session, address: Pubkey, closer: Pubkey) -> Instruction:
+def close(
+    session: Session,
+    address: Pubkey,
+    closer: Pubkey,
+    *,
+    extra: Sequence[AccountMeta] = (),
+    fee_mint: bool = False,
+) -> Instruction:
     """Pays the recipient what it is owed, refunds the rest of the vault to the payer and
-    closes it; `closer` is the provider (any time) or the payer (after the dispute window)."""
+    closes it; `closer` is the provider (any time) or the payer (after the dispute window).
+    `fee_mint`: the mint is a Token-2022 transfer-fee mint, passed writable so the fees the
+    vault withheld can be harvested into it before the vault closes."""
     ix = gen.close_session(
         {
             "closer": closer,
@@ -148,18 +173,11 @@ def close(session: Session, address: Pubkey, closer: Pubkey) -> Instruction:
             "mint": session.mint,
         }
     )
-    return _with_token_program(ix, session.token_program)
-
-
-def _with_token_program(ix: Instruction, token_program: Pubkey) -> Instruction:
-    """`ix` with `token_program` where the generated client put SPL Token (it fills an
-    account named token_program with it; a Token-2022 mint's session needs its own)."""
-    if token_program == TOKEN_PROGRAM_ID:
+    ix = with_token_program(ix, session.token_program, extra)
+    if not fee_mint:
         return ix
     metas = [
-        AccountMeta(token_program, m.is_signer, m.is_writable)
-        if m.pubkey == TOKEN_PROGRAM_ID
-        else m
+        AccountMeta(m.pubkey, m.is_signer, True) if m.pubkey == session.mint else m
         for m in ix.accounts
     ]
     return Instruction(ix.program_id, ix.data, metas)

@@ -1,0 +1,294 @@
+"""svc_billing with Token-2022 mints (docs/adr/0030): a PYUSD-like mint (6 decimals, a
+transfer hook, a permanent delegate, a zero transfer fee) through create_plan, subscribe,
+renewal, metered deduct and sessions; a transfer-fee mint's gross, fee and net; a refusing
+hook; a mint paused mid-period; the extensions refused at create_plan; and the token
+program swapped for the other one. Real Token-2022 on the real validator, with the
+workspace's own hook program (programs/svc_test_hook)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from solders.instruction import AccountMeta, Instruction
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+from solders.system_program import ID as SYSTEM_PROGRAM
+
+from svcpay.facilitator import crank
+from svcpay.localnet.process import TEST_HOOK_ID
+from svcpay.program import instructions, pda
+from svcpay.program.client import BillingClient, TransactionError, status_name
+from svcpay.protocol import token2022 as t22
+from svcpay.protocol.programs import TOKEN_2022_PROGRAM, TOKEN_PROGRAM
+from tests.support.billing import USDC
+from tests.support.chain import Chain
+from tests.support.clock import Clock
+
+pytestmark = pytest.mark.anyio
+HOOK = Pubkey.from_string(TEST_HOOK_ID)
+
+
+def _disc(name: str) -> bytes:
+    return hashlib.sha256(f"global:{name}".encode()).digest()[:8]
+
+
+def counter_address(mint: Pubkey) -> Pubkey:
+    return Pubkey.find_program_address([b"counter", bytes(mint)], HOOK)[0]
+
+
+def hook_transfers(chain: Chain, mint: Pubkey) -> int:
+    acct = chain.account(counter_address(mint))
+    assert acct is not None
+    return int.from_bytes(acct.data[72:80], "little")
+
+
+def init_hook(chain: Chain, mint: Pubkey) -> None:
+    payer = chain.payer.pubkey()
+    ix = Instruction(
+        HOOK,
+        _disc("initialize"),
+        [
+            AccountMeta(payer, True, True),
+            AccountMeta(payer, False, False),
+            AccountMeta(mint, False, False),
+            AccountMeta(t22.validation_address(HOOK, mint), False, True),
+            AccountMeta(counter_address(mint), False, True),
+            AccountMeta(SYSTEM_PROGRAM, False, False),
+        ],
+    )
+    chain.send_ok([ix], [chain.payer])
+
+
+def set_refuse(chain: Chain, mint: Pubkey, refuse: bool) -> None:
+    ix = Instruction(
+        HOOK,
+        _disc("set_refuse") + bytes([refuse]),
+        [
+            AccountMeta(chain.payer.pubkey(), True, False),
+            AccountMeta(counter_address(mint), False, True),
+        ],
+    )
+    chain.send_ok([ix], [chain.payer])
+
+
+def t22_mint(chain: Chain, **extensions: object) -> Pubkey:
+    """A Token-2022 mint of 6 decimals with `extensions` (create_mint_instructions' names),
+    the chain's payer its authority."""
+    mint = Keypair()
+    ixs = t22.create_mint_instructions(
+        chain.payer.pubkey(),
+        mint.pubkey(),
+        6,
+        chain.payer.pubkey(),
+        rent_lamports=chain.minimum_balance,
+        **extensions,  # type: ignore[arg-type]
+    )
+    chain.send_ok(ixs, [chain.payer, mint])
+    if extensions.get("transfer_hook") == HOOK:
+        init_hook(chain, mint.pubkey())
+    return mint.pubkey()
+
+
+def pyusd_like(chain: Chain) -> Pubkey:
+    """What PYUSD is: Token-2022, 6 decimals, a transfer hook, a permanent delegate and a
+    transfer-fee config at zero."""
+    return t22_mint(
+        chain,
+        transfer_hook=HOOK,
+        permanent_delegate=chain.payer.pubkey(),
+        transfer_fee=(0, 0),
+    )
+
+
+def balance(chain: Chain, account: Pubkey) -> int:
+    return chain.token_state(account)["amount"]
+
+
+async def plan_on(
+    chain: Chain, client: BillingClient, mint: Pubkey, *, amount: int = USDC, period: int = 30
+) -> tuple[Pubkey, Keypair, Keypair, Pubkey]:
+    provider, facilitator = chain.funded_keypair(), chain.funded_keypair()
+    destination = chain.token_account(provider.pubkey(), mint, program_id=TOKEN_2022_PROGRAM)
+    plan = await client.create_plan(
+        provider,
+        plan_id=1,
+        mint=mint,
+        destination=destination,
+        billing_authority=facilitator.pubkey(),
+        amount=amount,
+        period_secs=period,
+        grace_secs=3600,
+    )
+    return plan, provider, facilitator, destination
+
+
+def funded(chain: Chain, mint: Pubkey, amount: int) -> tuple[Keypair, Pubkey]:
+    who = chain.funded_keypair()
+    return who, chain.token_account(who.pubkey(), mint, amount, program_id=TOKEN_2022_PROGRAM)
+
+
+async def test_a_pyusd_like_mint_runs_subscribe_renewal_and_metered_deduct(
+    chain: Chain, client: BillingClient, clock: Clock
+) -> None:
+    mint = pyusd_like(chain)
+    plan, _, facilitator, destination = await plan_on(chain, client, mint, period=8)
+    subscriber, source = funded(chain, mint, 10 * USDC)
+
+    sub = await client.subscribe(plan, subscriber, max_overage=3 * USDC)
+    assert hook_transfers(chain, mint) == 1
+    assert balance(chain, destination) == USDC and balance(chain, source) == 9 * USDC
+
+    deducted = await client.deduct_allowance(sub, USDC // 2, facilitator)
+    event = deducted.event("AllowanceDeducted")
+    assert event is not None
+    assert (event.data["amount"], event.data["fee"], event.data["net"]) == (USDC // 2, 0, USDC // 2)
+    assert hook_transfers(chain, mint) == 2
+
+    state = await client.fetch_subscription(sub)
+    assert state is not None
+    clock.advance_to(state.current_period_end)
+    renewed = await client.collect(sub, facilitator)
+    event = renewed.event("SubscriptionRenewed")
+    assert event is not None and (event.data["fee"], event.data["net"]) == (0, USDC)
+    assert hook_transfers(chain, mint) == 3
+    assert balance(chain, destination) == 2 * USDC + USDC // 2
+    assert balance(chain, source) == 10 * USDC - 2 * USDC - USDC // 2
+
+
+async def test_a_transfer_fee_mint_reports_gross_fee_and_net(
+    chain: Chain, client: BillingClient, clock: Clock
+) -> None:
+    """The plan's price is what the subscriber pays; the provider receives it less the
+    mint's fee, withheld in the destination: debited = credited + withheld."""
+    mint = t22_mint(chain, transfer_fee=(150, 10_000))  # 1.5%, at most 0.01
+    plan, _, facilitator, destination = await plan_on(chain, client, mint, amount=3 * USDC // 10)
+    subscriber, source = funded(chain, mint, 10 * USDC)
+
+    receipt_sub = await client.subscribe(plan, subscriber, max_overage=USDC)
+    info = await client.tokens.mint(mint)
+    epoch = chain.rpc("getEpochInfo")["epoch"]
+    fee = info.fee_for(3 * USDC // 10, epoch)
+    assert fee == 4_500
+    dest = t22.token_account_info(TOKEN_2022_PROGRAM, chain.account(destination).data)
+    assert dest.amount == 3 * USDC // 10 - fee and dest.withheld_amount == fee
+    assert balance(chain, source) == 10 * USDC - 3 * USDC // 10
+
+    deducted = await client.deduct_allowance(receipt_sub, 900_000, facilitator)
+    event = deducted.event("AllowanceDeducted")
+    assert event is not None
+    capped = info.fee_for(900_000, epoch)
+    assert capped == 10_000  # the maximum fee
+    assert (event.data["amount"], event.data["fee"], event.data["net"]) == (
+        900_000,
+        capped,
+        900_000 - capped,
+    )
+    dest = t22.token_account_info(TOKEN_2022_PROGRAM, chain.account(destination).data)
+    debited = 10 * USDC - balance(chain, source)
+    assert debited == dest.amount + dest.withheld_amount
+
+
+async def test_a_refusing_hook_fails_the_renewal_and_the_crank_moves_on(
+    chain: Chain, client: BillingClient, clock: Clock
+) -> None:
+    hooked = pyusd_like(chain)
+    plan, _, facilitator, _ = await plan_on(chain, client, hooked, period=8)
+    subscriber, _ = funded(chain, hooked, 10 * USDC)
+    sub = await client.subscribe(plan, subscriber)
+    plain = t22_mint(chain)
+    other, _, _, _ = await plan_on(chain, client, plain, period=8)
+    other_subscriber, _ = funded(chain, plain, 10 * USDC)
+    other_sub = await client.subscribe(other, other_subscriber)
+
+    set_refuse(chain, hooked, True)
+    state = await client.fetch_subscription(sub)
+    assert state is not None
+    clock.advance_to(state.current_period_end)
+
+    with pytest.raises(TransactionError) as refused:
+        await client.collect(sub, facilitator)
+    assert refused.value.failed_in == str(HOOK) and refused.value.rejected
+    assert "refuses transfers" in "\n".join(refused.value.logs)
+
+    summary = await crank.run_once(client, facilitator, plan=[plan, other])
+    assert summary.renewed == 1 and summary.skipped == 1, summary
+    assert any(str(sub) in e for e in summary.errors)
+    renewed = await client.fetch_subscription(other_sub)
+    assert renewed is not None and renewed.cycles_billed == 2
+    still = await client.fetch_subscription(sub)
+    assert still is not None and still.cycles_billed == 1 and status_name(still) == "Active"
+
+    set_refuse(chain, hooked, False)
+    await client.collect(sub, facilitator)
+    again = await client.fetch_subscription(sub)
+    assert again is not None and again.cycles_billed == 2
+
+
+async def test_a_mint_paused_mid_period_makes_the_renewal_past_due_until_resumed(
+    chain: Chain, client: BillingClient, clock: Clock
+) -> None:
+    mint = t22_mint(chain, pausable=True)
+    plan, _, facilitator, _ = await plan_on(chain, client, mint, period=8)
+    subscriber, _ = funded(chain, mint, 10 * USDC)
+    sub = await client.subscribe(plan, subscriber)
+    chain.send_ok([t22.pause(mint, chain.payer.pubkey())], [chain.payer])
+    state = await client.fetch_subscription(sub)
+    assert state is not None
+    clock.advance_to(state.current_period_end)
+
+    failed = await client.collect(sub, facilitator)
+    event = failed.event("RenewalFailed")
+    assert event is not None and type(event.data["reason"]).__name__ == "MintPaused"
+    past_due = await client.fetch_subscription(sub)
+    assert past_due is not None and status_name(past_due) == "PastDue"
+
+    chain.send_ok([t22.resume(mint, chain.payer.pubkey())], [chain.payer])
+    recovered = await client.collect(sub, facilitator)
+    event = recovered.event("SubscriptionRenewed")
+    assert event is not None and event.data["recovered"] is True
+
+
+@pytest.mark.parametrize(
+    ("extensions", "memo_destination", "error"),
+    [
+        ({"non_transferable": True}, False, "MintNonTransferable"),
+        ({}, True, "DestinationRequiresMemo"),
+    ],
+    ids=["non-transferable", "memo-required-destination"],
+)
+def test_create_plan_refuses_what_payments_cannot_use(
+    chain: Chain, extensions: dict[str, object], memo_destination: bool, error: str
+) -> None:
+    mint = t22_mint(chain, **extensions)
+    provider = chain.funded_keypair()
+    destination = chain.token_account(provider.pubkey(), mint, program_id=TOKEN_2022_PROGRAM)
+    if memo_destination:
+        grow = t22.reallocate(
+            destination, chain.payer.pubkey(), provider.pubkey(), [t22.ExtensionType.MEMO_TRANSFER]
+        )
+        memo = t22.enable_required_memo_transfers(destination, provider.pubkey())
+        chain.send_ok([grow, memo], [chain.payer, provider])
+    ix = instructions.create_plan(
+        provider.pubkey(), 1, mint, destination, provider.pubkey(), USDC, 30, 0,
+        token_program=TOKEN_2022_PROGRAM,
+    )  # fmt: skip
+    result = chain.send([ix], [provider])
+    assert not result.ok and result.program_error is not None
+    assert result.program_error.name == error, result.logs
+
+
+def test_a_token_2022_mint_with_the_spl_token_program_is_refused(chain: Chain) -> None:
+    """The reverse (an SPL Token mint with Token-2022's id) is in test_attacks (class 6)."""
+    mint = t22_mint(chain)
+    provider = chain.funded_keypair()
+    destination = chain.token_account(provider.pubkey(), mint, program_id=TOKEN_2022_PROGRAM)
+    ix = instructions.create_plan(
+        provider.pubkey(), 1, mint, destination, provider.pubkey(), USDC, 30, 0,
+        token_program=TOKEN_PROGRAM,
+    )  # fmt: skip
+    result = chain.send([ix], [provider])
+    assert result.program_error is not None and result.program_error.name == "MintMismatch"
+    # A fake token program is refused before anything is read.
+    fake = instructions.with_token_program(ix, pda.PROGRAM_ID)
+    assert chain.send([fake], [provider]).ok is False

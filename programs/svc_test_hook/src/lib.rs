@@ -15,7 +15,9 @@ use anchor_lang::system_program::{self, CreateAccount};
 #[cfg(target_arch = "bpf")]
 use solana_compiler_builtins as _;
 
+// svc_billing's i128 builtins for the registry-only build, shared rather than copied.
 #[cfg(target_arch = "bpf")]
+#[path = "../../svc_billing/src/sbf_builtins.rs"]
 mod sbf_builtins;
 
 declare_id!("85zuLQZ3X5VrmdsCqMYUPapaNwhMF7TrMBxg4GXEE1dG");

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from solana.rpc.commitment import Confirmed
+from solders.instruction import AccountMeta
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.signature import Signature
@@ -36,7 +37,7 @@ from svcpay.program.client import BillingClient, TransactionError
 from svcpay.program.errors import ProgramError
 from svcpay.program.generated.accounts.session import Session
 from svcpay.program.generated.types.session_status import Closing, Open
-from svcpay.program.session_client import pack
+from svcpay.program.session_client import pack, withdraw_extras
 from svcpay.protocol.voucher import SignedVoucher
 
 log = logging.getLogger("svcpay.facilitator")
@@ -201,8 +202,9 @@ class SessionRedeemer:
             )
             items.append((states[channel], channel, voucher))
         owners = {h.session: h.provider_id for h in due}
-        for group in pack(items, self.keypair.pubkey()):
-            await self._redeem(group, summary, owners)
+        extra = await withdraw_extras(self.billing, items)
+        for group in pack(items, self.keypair.pubkey(), extra=extra):
+            await self._redeem(group, summary, owners, extra)
         return summary
 
     async def _redeem(
@@ -210,14 +212,15 @@ class SessionRedeemer:
         group: list[tuple[Session, Pubkey, SignedVoucher]],
         summary: RedeemSummary,
         owners: dict[str, str],
+        extra: Mapping[Pubkey, Sequence[AccountMeta]] | None = None,
     ) -> None:
         names = [str(channel) for _, channel, _ in group]
         try:
-            receipt = await self.billing.send(ix.redeem_many(group), [self.keypair])
+            receipt = await self.billing.send(ix.redeem_many(group, extra=extra), [self.keypair])
         except (ProgramError, TransactionError) as e:
             if len(group) > 1:  # find the one that fails; redeem the others
                 for item in group:
-                    await self._redeem([item], summary, owners)
+                    await self._redeem([item], summary, owners, extra)
                 return
             _, channel, voucher = group[0]
             now_on_chain = (await self.states([channel])).get(channel)

@@ -8,10 +8,11 @@ limit allows, one Ed25519 precompile instruction each.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from solana.rpc.commitment import Confirmed
 from solders.hash import Hash
+from solders.instruction import AccountMeta
 from solders.keypair import Keypair
 from solders.message import MessageV0
 from solders.pubkey import Pubkey
@@ -61,10 +62,19 @@ class Sessions:
         token_program = mint_info.owner
         session_id = secrets.randbits(64) if session_id is None else session_id
         source = payer_token or get_associated_token_address(payer.pubkey(), mint, token_program)
+        address = pda.session_address(payer.pubkey(), session_id, self.billing.program_id)
+        route = await self.billing.tokens.route(
+            mint,
+            source=source,
+            destination=pda.vault_address(address, self.billing.program_id),
+            authority=payer.pubkey(),
+            amount=deposit,
+        )
         ix = sessions.open_session(
             payer.pubkey(), session_id, signer=signer or payer.pubkey(), mint=mint,
             payer_token=source, recipient=recipient, deposit=deposit, price=price,
             expires_at=expires_at, dispute_secs=dispute_secs, token_program=token_program,
+            extra=route.extra,
         )  # fmt: skip
         await self.billing.send([ix], [payer])
         return pda.session_address(payer.pubkey(), session_id)
@@ -78,7 +88,15 @@ class Sessions:
     async def top_up(
         self, address: Pubkey, payer: Keypair, amount: int, expires_at: int | None = None
     ) -> Receipt:
-        ix = sessions.top_up(await self._session(address), address, amount, expires_at)
+        session = await self._session(address)
+        route = await self.billing.tokens.route(
+            session.mint,
+            source=session.refund,
+            destination=session.vault,
+            authority=session.payer,
+            amount=amount,
+        )
+        ix = sessions.top_up(session, address, amount, expires_at, extra=route.extra)
         return await self.billing.send([ix], [payer])
 
     async def request_close(self, address: Pubkey, payer: Keypair) -> Receipt:
@@ -86,34 +104,73 @@ class Sessions:
         return await self.billing.send([ix], [payer])
 
     async def close(self, address: Pubkey, closer: Keypair) -> Receipt:
-        ix = sessions.close(await self._session(address), address, closer.pubkey())
+        session = await self._session(address)
+        route = await self.billing.tokens.route(
+            session.mint,
+            source=session.vault,
+            destination=session.recipient,
+            authority=address,
+            amount=max(session.deposit - session.withdrawn, 0),
+        )
+        fee_mint = route.mint is not None and route.mint.fee_config is not None
+        ix = sessions.close(session, address, closer.pubkey(), extra=route.extra, fee_mint=fee_mint)
         return await self.billing.send([ix], [closer])
 
     async def redeem(self, vouchers: Sequence[SignedVoucher], fee_payer: Keypair) -> list[Receipt]:
         """Redeems `vouchers` (at most one per session: the newest), as many sessions per
         transaction as fit; returns a receipt per transaction."""
         states = [(await self._session(v.channel), v.channel, v) for v in vouchers]
+        extra = await withdraw_extras(self.billing, states)
         receipts = []
-        for group in pack(states, fee_payer.pubkey()):
-            receipts.append(await self.billing.send(sessions.redeem_many(group), [fee_payer]))
+        for group in pack(states, fee_payer.pubkey(), extra=extra):
+            ixs = sessions.redeem_many(group, extra=extra)
+            receipts.append(await self.billing.send(ixs, [fee_payer]))
         return receipts
 
 
+async def withdraw_extras(
+    billing: BillingClient, items: Sequence[tuple[Session, Pubkey, SignedVoucher]]
+) -> dict[Pubkey, tuple[AccountMeta, ...]]:
+    """The transfer-hook accounts of each session's withdrawal (none for most mints: a mint
+    is read once a minute, a hooked one's accounts per withdrawal)."""
+    found: dict[Pubkey, tuple[AccountMeta, ...]] = {}
+    for session, address, voucher in items:
+        route = await billing.tokens.route(
+            session.mint,
+            source=session.vault,
+            destination=session.recipient,
+            authority=address,
+            amount=max(voucher.cumulative - session.withdrawn, 0),
+        )
+        if route.extra:
+            found[address] = route.extra
+    return found
+
+
 def pack(
-    items: Sequence[tuple[Session, Pubkey, SignedVoucher]], payer: Pubkey, *, pay: bool = True
+    items: Sequence[tuple[Session, Pubkey, SignedVoucher]],
+    payer: Pubkey,
+    *,
+    pay: bool = True,
+    extra: Mapping[Pubkey, Sequence[AccountMeta]] | None = None,
 ) -> list[list[tuple[Session, Pubkey, SignedVoucher]]]:
-    """Greedy groups of redeems (withdrawals too, with `pay`) whose transaction fits in
-    MAX_TX_BYTES."""
+    """Greedy groups of redeems (withdrawals too, with `pay`, each with its `extra` hook
+    accounts) whose transaction fits in MAX_TX_BYTES."""
     groups: list[list[tuple[Session, Pubkey, SignedVoucher]]] = []
     for item in items:
-        if groups and _size([*groups[-1], item], payer, pay) <= MAX_TX_BYTES:
+        if groups and _size([*groups[-1], item], payer, pay, extra) <= MAX_TX_BYTES:
             groups[-1].append(item)
         else:
             groups.append([item])
     return groups
 
 
-def _size(group: list[tuple[Session, Pubkey, SignedVoucher]], payer: Pubkey, pay: bool) -> int:
-    ixs = sessions.redeem_many(group, pay=pay)
+def _size(
+    group: list[tuple[Session, Pubkey, SignedVoucher]],
+    payer: Pubkey,
+    pay: bool,
+    extra: Mapping[Pubkey, Sequence[AccountMeta]] | None = None,
+) -> int:
+    ixs = sessions.redeem_many(group, pay=pay, extra=extra)
     message = MessageV0.try_compile(payer, ixs, [], Hash.default())
     return 1 + 64 * message.header.num_required_signatures + len(bytes(message))

@@ -10,7 +10,7 @@ mint's base units.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from solders.instruction import AccountMeta, Instruction
 from solders.pubkey import Pubkey
@@ -134,14 +134,20 @@ def redeem(
 
 
 def redeem_many(
-    sessions: Sequence[tuple[Session, Pubkey, SignedVoucher]], at: int = 0, *, pay: bool = True
+    sessions: Sequence[tuple[Session, Pubkey, SignedVoucher]],
+    at: int = 0,
+    *,
+    pay: bool = True,
+    extra: Mapping[Pubkey, Sequence[AccountMeta]] | None = None,
 ) -> list[Instruction]:
     """One precompile instruction (at index `at`) verifying every voucher, a redeem per
-    session, then (with `pay`) a withdrawal per session."""
+    session, then (with `pay`) a withdrawal per session; `extra` (by session address): a
+    hooked mint's transfer-hook accounts for that session's withdrawal."""
+    extra = extra or {}
     ixs = [ed25519_instruction([v for _, _, v in sessions])]
     ixs += [redeem_instruction(s, a, v, at) for s, a, v in sessions]
     if pay:
-        ixs += [withdraw(s, a) for s, a, _ in sessions]
+        ixs += [withdraw(s, a, extra=extra.get(a, ())) for s, a, _ in sessions]
     return ixs
 
 

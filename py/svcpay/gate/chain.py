@@ -52,12 +52,23 @@ async def read_or_unavailable(read: Awaitable[T], unavailable: Callable[[str], E
         raise unavailable(f"the RPC node is unreachable ({reason})") from e
 
 
+# An ACTIVE subscription whose period ended this long ago without a renewal reads as
+# "Overdue": the crank renews within a minute or two of the period's end, so a renewal this
+# late failed in a way the chain could not record (a Token-2022 transfer hook refused it, the
+# token program refused the transfer), or the crank has been down this long.
+OVERDUE_AFTER_SECS = 3600
+
+
 class ChainSubscriptions:
     """Subscription states from the chain, cached for `ttl` seconds (a gate sees thousands
-    of requests per subscription; a status change shows within `ttl`)."""
+    of requests per subscription; a status change shows within `ttl`). An active
+    subscription not renewed `overdue_after` seconds after its period ended reads as
+    "Overdue" (the gate refuses it, as it refuses a past-due one)."""
 
-    def __init__(self, client: BillingClient, ttl: float = 2.0) -> None:
-        self.client, self.ttl = client, ttl
+    def __init__(
+        self, client: BillingClient, ttl: float = 2.0, overdue_after: int = OVERDUE_AFTER_SECS
+    ) -> None:
+        self.client, self.ttl, self.overdue_after = client, ttl, overdue_after
         self._cache: dict[str, tuple[float, SubscriptionState | None]] = {}
 
     async def lookup(self, subscription_id: str) -> SubscriptionState | None:
@@ -72,11 +83,22 @@ class ChainSubscriptions:
         sub = await self.client.fetch_subscription(subscription_id)
         if sub is None:
             return None
+        status = status_name(sub)
+        if status == "Active" and await self._overdue(sub.current_period_end):
+            status = "Overdue"
         remaining = None
         if sub.has_allowance:
             allowance = await self.client.fetch_allowance(subscription_id)
             remaining = None if allowance is None else max(allowance.cap - allowance.used, 0)
-        return SubscriptionState(str(sub.plan), status_name(sub), remaining)
+        return SubscriptionState(str(sub.plan), status, remaining)
+
+    async def _overdue(self, period_end: int) -> bool:
+        """Whether the cluster's clock is `overdue_after` past `period_end` (the clock is read
+        only for subscriptions whose period may have ended that long ago by this machine's
+        clock, give or take a day of skew)."""
+        if time.time() < period_end + self.overdue_after - 86_400:
+            return False
+        return await self.client.chain_time() > period_end + self.overdue_after
 
     def invalidate(self, subscription_id: str) -> None:
         self._cache.pop(subscription_id, None)

@@ -31,7 +31,8 @@ class SubscriptionView(Protocol):  # read-only, so frozen dataclasses qualify
     @property
     def plan(self) -> str: ...
     @property
-    def status(self) -> str: ...  # "Active", "PastDue", "Paused", "Cancelled", "Expired"
+    def status(self) -> str: ...  # "Active", "PastDue", "Paused", "Cancelled", "Expired",
+    # or "Overdue" (active, but not renewed long after its period ended)
     @property
     def allowance_remaining(self) -> int | None: ...
 
@@ -129,6 +130,13 @@ class SubscriptionScheme:
         )
         if view is None or entry is None:
             why = "no subscription to this resource's plan has that id"
+            return payment_required(request, pricing, "SubscriptionNotActive", why, None)
+        if view.status == "Overdue":
+            why = (
+                "the subscription's renewal is overdue: its period ended and the payment "
+                "could not be collected (the provider's webhooks say why); pay the provider "
+                "or resubscribe"
+            )
             return payment_required(request, pricing, "SubscriptionNotActive", why, None)
         if view.status != "Active":
             why = f"the subscription is {view.status}; renew or resubscribe"

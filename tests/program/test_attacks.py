@@ -53,11 +53,11 @@ from tests.support.clock import Clock
 
 MEMO_PROGRAM_ID = Pubkey.from_string("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr")
 TOKEN_2022_PROGRAM_ID = Pubkey.from_string("TokenzQdBNbLqP5VEhdkAS6EPFLC1PHnBqCXEpPxuEb")
+# "token" is the scene's token program and "other_token" the other one (the scene runs with
+# SPL Token and with Token-2022 mints: tests/program/conftest.py).
 PROGRAMS = {
     "memo": MEMO_PROGRAM_ID,
-    "token2022": TOKEN_2022_PROGRAM_ID,
     "system": SYSTEM_PROGRAM_ID,
-    "token": TOKEN_PROGRAM_ID,
     "svc_billing": PROGRAM_ID,
 }
 
@@ -222,20 +222,20 @@ class Scene:
 
     @cached_property
     def stranger_token(self) -> Pubkey:
-        token = self.chain.token_account(self.stranger.pubkey(), self.plan.mint, BALANCE)
+        token = self.billing.token_account(self.stranger.pubkey(), self.plan.mint, BALANCE)
         self.watched["stranger.token"] = token
         return token
 
     @cached_property
     def foreign_mint(self) -> Pubkey:
-        mint = self.chain.create_mint()
+        mint = self.billing.mint()
         self.watched["foreign.mint"] = mint
         return mint
 
     @cached_property
     def foreign_token(self) -> Pubkey:
         """Provider A's token account of the foreign mint."""
-        token = self.chain.token_account(self.plan.authority.pubkey(), self.foreign_mint, BALANCE)
+        token = self.billing.token_account(self.plan.authority.pubkey(), self.foreign_mint, BALANCE)
         self.watched["foreign.token"] = token
         return token
 
@@ -264,6 +264,10 @@ class Scene:
         """The scene's account called `name` (see the class docstring); built if need be."""
         if name in PROGRAMS:
             return PROGRAMS[name]
+        if name in ("token", "other_token"):
+            ours = self.billing.token_program
+            other = TOKEN_2022_PROGRAM_ID if ours == TOKEN_PROGRAM_ID else TOKEN_PROGRAM_ID
+            return ours if name == "token" else other
         owner, _, part = name.partition(".")
         if owner in ("plan", "other", "empty"):
             plan: Plan = getattr(self, owner)
@@ -337,7 +341,7 @@ class Scene:
         again: past due, with the money for the renewal there."""
         balance = self.chain.token_state(who.token_account)["amount"]
         params = TransferCheckedParams(
-            program_id=TOKEN_PROGRAM_ID,
+            program_id=self.plan.token_program,
             source=who.token_account,
             mint=self.plan.mint,
             dest=self.plan.destination,
@@ -345,12 +349,18 @@ class Scene:
             amount=balance,
             decimals=6,
         )
-        self.chain.send_ok([transfer_checked(params)], [who.keypair])
+        emptied = transfer_checked(params)
+        emptied = Instruction(
+            emptied.program_id, emptied.data, [*emptied.accounts, *self.plan.extra]
+        )
+        self.chain.send_ok([emptied], [who.keypair])
         self.make_due()
         failed = self.billing.collect(self.plan, who, has_allowance=True)
         assert failed.ok and failed.event("RenewalFailed"), failed.logs
         assert isinstance(self.billing.subscription(self.plan, who).status, PastDue)
-        self.chain.mint_to(self.plan.mint, who.token_account, BALANCE)
+        self.chain.mint_to(
+            self.plan.mint, who.token_account, BALANCE, program_id=self.plan.token_program
+        )
 
     # -- honest transactions, one per instruction (alice's unless said otherwise) -------------
     def create_plan(self) -> Attack:
@@ -366,6 +376,7 @@ class Scene:
             USDC,
             self.period,
             self.grace,
+            self.billing.token_program,
         )
         return Attack("create_plan", ix, [provider])
 
@@ -401,6 +412,7 @@ class Scene:
             USDC,
             self.period,
             self.grace,
+            self.billing.token_program,
         )
         self.chain.send_ok([ix], [provider])
         return pda.plan_address(provider.pubkey(), NEW_PLAN_ID + 1)
@@ -466,7 +478,8 @@ class Scene:
             alice.pubkey, SESSION_ID, signer=alice.pubkey, mint=self.plan.mint,
             payer_token=alice.token_account, recipient=self.plan.destination, deposit=CAP,
             price=1, expires_at=self.chain.unix_timestamp() + self.clock.days(30),
-            dispute_secs=self.clock.days(1),
+            dispute_secs=self.clock.days(1), token_program=self.plan.token_program,
+            extra=self.plan.extra,
         )  # fmt: skip
 
     @cached_property
@@ -484,19 +497,23 @@ class Scene:
         return Attack("open_session", self._open_session_ix(), [self.alice.keypair])
 
     def top_up_session(self) -> Attack:
-        ix = sessions.top_up(self.session_state(), self.session, USDC)
+        ix = sessions.top_up(self.session_state(), self.session, USDC, extra=self.plan.extra)
         return Attack("top_up_session", ix, [self.alice.keypair])
 
     def redeem_session(self) -> Attack:
         """A stranger redeems alice's voucher: the provider's claim is recorded."""
         voucher = SignedVoucher.sign(self.alice.keypair, self.session, USDC)
-        precompile, ix, _ = sessions.redeem(self.session_state(), self.session, voucher)
+        precompile, ix, _ = sessions.redeem(
+            self.session_state(), self.session, voucher, extra=self.plan.extra
+        )
         return Attack("redeem_session", ix, [self.stranger], prelude=[precompile])
 
     def withdraw_session(self) -> Attack:
         """A stranger redeems alice's voucher and withdraws: the provider is paid."""
         voucher = SignedVoucher.sign(self.alice.keypair, self.session, USDC)
-        precompile, redeem, ix = sessions.redeem(self.session_state(), self.session, voucher)
+        precompile, redeem, ix = sessions.redeem(
+            self.session_state(), self.session, voucher, extra=self.plan.extra
+        )
         return Attack("withdraw_session", ix, [self.stranger], prelude=[precompile, redeem])
 
     def request_close_session(self) -> Attack:
@@ -505,7 +522,12 @@ class Scene:
 
     def close_session(self) -> Attack:
         """Provider A closes alice's session (cooperative)."""
-        ix = sessions.close(self.session_state(), self.session, self.plan.authority.pubkey())
+        ix = sessions.close(
+            self.session_state(),
+            self.session,
+            self.plan.authority.pubkey(),
+            extra=self.plan.extra,
+        )
         return Attack("close_session", ix, [self.plan.authority])
 
 
@@ -935,19 +957,19 @@ FAKE_PROGRAMS = [
     case("subscribe", "InvalidProgramId", token_program="system"),
     case("subscribe", "InvalidProgramId", token_program="memo"),
     # An SPL Token mint with Token-2022 passed as its program: the mint is not its.
-    case("subscribe", "MintMismatch", token_program="token2022"),
+    case("subscribe", "MintMismatch", token_program="other_token"),
     case("subscribe", "InvalidProgramId", system_program="memo"),
     case("subscribe", "InvalidProgramId", system_program="token"),
     case("resubscribe", "InvalidProgramId", system_program="svc_billing"),
     case("resubscribe", "InvalidProgramId", token_program="svc_billing"),
     case("collect", "InvalidProgramId", token_program="memo"),
     # An SPL Token mint with Token-2022 passed as its program: the mint is not its.
-    case("collect", "MintMismatch", token_program="token2022"),
+    case("collect", "MintMismatch", token_program="other_token"),
     case("collect", "InvalidProgramId", token_program="system"),
     case("collect_past_due", "InvalidProgramId", token_program="svc_billing"),
     case("deduct_allowance", "InvalidProgramId", token_program="memo"),
     # An SPL Token mint with Token-2022 passed as its program: the mint is not its.
-    case("deduct_allowance", "MintMismatch", token_program="token2022"),
+    case("deduct_allowance", "MintMismatch", token_program="other_token"),
     case("deduct_allowance", "InvalidProgramId", token_program="system"),
     case("open_session", "InvalidProgramId", token_program="memo"),
     case("open_session", "InvalidProgramId", system_program="memo"),

@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 from solders.instruction import AccountMeta
 from solders.pubkey import Pubkey
-from spl.token.constants import TOKEN_PROGRAM_ID
 from spl.token.instructions import revoke
 from spl.token.models import RevokeParams
 
@@ -106,7 +105,7 @@ def test_a_failed_renewal_goes_past_due_then_recovers(
         chain.send([deduct_ix(plan, sub, 1, signer.pubkey())], [signer]), "SubscriptionNotActive"
     )
 
-    chain.mint_to(plan.mint, sub.token_account, 10 * USDC)
+    chain.mint_to(plan.mint, sub.token_account, 10 * USDC, program_id=plan.token_program)
     late = grace // 2
     clock.advance_to(due + late)
     recovered = billing.collect(plan, sub, has_allowance=True)
@@ -137,7 +136,7 @@ def test_grace_expiry_ends_the_subscription(
     assert type(ended.event("SubscriptionEnded").data["status"]).__name__ == "Expired"
     assert isinstance(billing.subscription(plan, sub).status, Expired)
     assert billing.plan_state(plan).live_subscriptions == 0
-    chain.mint_to(plan.mint, sub.token_account, 10 * USDC)
+    chain.mint_to(plan.mint, sub.token_account, 10 * USDC, program_id=plan.token_program)
     assert_program_error(billing.collect(plan, sub), "SubscriptionNotActive")
     assert chain.token_state(sub.token_account)["amount"] == 10 * USDC
 
@@ -170,7 +169,9 @@ def test_a_revoked_delegation_is_recorded_as_past_due(
     chain: Chain, clock: Clock, billing: Billing, period: int, grace: int
 ) -> None:
     plan, sub = subscribed(billing, period, grace, balance=30 * USDC)
-    params = RevokeParams(program_id=TOKEN_PROGRAM_ID, account=sub.token_account, owner=sub.pubkey)
+    params = RevokeParams(
+        program_id=plan.token_program, account=sub.token_account, owner=sub.pubkey
+    )
     chain.send_ok([revoke(params)], [sub.keypair])
     clock.advance_to(billing.subscription(plan, sub).current_period_end)
 
@@ -222,7 +223,7 @@ def test_a_revoked_delegation_is_still_recorded_as_a_failed_renewal(
         [
             revoke(
                 RevokeParams(
-                    program_id=TOKEN_PROGRAM_ID, account=sub.token_account, owner=sub.pubkey
+                    program_id=plan.token_program, account=sub.token_account, owner=sub.pubkey
                 )
             )
         ],

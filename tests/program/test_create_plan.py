@@ -60,22 +60,26 @@ def test_emits_plan_created(billing: Billing) -> None:
     ],
 )
 def test_rejects_invalid_terms(
-    chain: Chain, amount: int, period: int, grace: int, error: str
+    chain: Chain, billing: Billing, amount: int, period: int, grace: int, error: str
 ) -> None:
     authority = chain.funded_keypair()
-    mint = chain.create_mint()
-    destination = chain.token_account(authority.pubkey(), mint)
+    mint = billing.mint()
+    destination = billing.token_account(authority.pubkey(), mint)
     ix = create_plan_ix(
-        authority.pubkey(), 7, mint, destination, authority.pubkey(), amount, period, grace
-    )
+        authority.pubkey(), 7, mint, destination, authority.pubkey(), amount, period, grace,
+        billing.token_program,
+    )  # fmt: skip
     assert_program_error(chain.send([ix], [authority]), error)
 
 
-def test_rejects_a_destination_of_another_mint(chain: Chain) -> None:
+def test_rejects_a_destination_of_another_mint(chain: Chain, billing: Billing) -> None:
     authority = chain.funded_keypair()
-    mint, other = chain.create_mint(), chain.create_mint()
-    destination = chain.token_account(authority.pubkey(), other)
-    ix = create_plan_ix(authority.pubkey(), 1, mint, destination, authority.pubkey(), USDC)
+    mint, other = billing.mint(), billing.mint()
+    destination = billing.token_account(authority.pubkey(), other)
+    ix = create_plan_ix(
+        authority.pubkey(), 1, mint, destination, authority.pubkey(), USDC,
+        token_program=billing.token_program,
+    )  # fmt: skip
     assert_program_error(chain.send([ix], [authority]), "MintMismatch")
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from solders.instruction import AccountMeta, Instruction
 from solders.pubkey import Pubkey
-from spl.token.constants import TOKEN_PROGRAM_ID
 from spl.token.instructions import approve, transfer_checked
 from spl.token.models import ApproveParams, TransferCheckedParams
 
@@ -77,8 +76,8 @@ def test_another_plans_subscription_is_refused(chain: Chain, billing: Billing) -
 def test_a_token_account_of_another_mint_is_refused(chain: Chain, billing: Billing) -> None:
     plan = billing.plan(amount=USDC)
     sub = billing.subscriber(plan, balance=10 * USDC)
-    other_mint = chain.create_mint()
-    foreign = chain.token_account(sub.pubkey, other_mint, 10 * USDC)
+    other_mint = billing.mint()
+    foreign = billing.token_account(sub.pubkey, other_mint, 10 * USDC)
     ix = swap(subscribe_ix(plan, sub), sub.token_account, foreign)
     assert_program_error(chain.send([ix], [sub.keypair]), "MintMismatch")
 
@@ -94,7 +93,7 @@ def test_someone_elses_token_account_is_refused(chain: Chain, billing: Billing) 
 
 def test_renewal_money_only_goes_to_the_plans_destination(chain: Chain, billing: Billing) -> None:
     plan, sub = subscribed(billing, cap=None)
-    thief = chain.token_account(chain.funded_keypair().pubkey(), plan.mint)
+    thief = billing.token_account(chain.funded_keypair().pubkey(), plan.mint)
     ix = swap(collect_ix(plan, sub), plan.destination, thief)
     assert_program_error(chain.send([ix], [chain.payer]), "DestinationMismatch")
 
@@ -147,7 +146,7 @@ def test_amounts_at_the_u64_limit_fail_cleanly_on_overflow(
     # The provider sends it all back; the next renewal would push the counters past u64.
     back = transfer_checked(
         TransferCheckedParams(
-            program_id=TOKEN_PROGRAM_ID,
+            program_id=plan.token_program,
             source=plan.destination,
             mint=plan.mint,
             dest=sub.token_account,
@@ -156,10 +155,11 @@ def test_amounts_at_the_u64_limit_fail_cleanly_on_overflow(
             decimals=6,
         )
     )
+    back = Instruction(back.program_id, back.data, [*back.accounts, *plan.extra])
     chain.send_ok([back], [plan.authority])
     # The first charge used up the delegation; the subscriber re-approves the program.
     approval = ApproveParams(
-        program_id=TOKEN_PROGRAM_ID,
+        program_id=plan.token_program,
         source=sub.token_account,
         delegate=pda.delegate_address(sub.pubkey),
         owner=sub.pubkey,

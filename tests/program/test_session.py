@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import pytest
-from solders.instruction import Instruction
+from solders.instruction import AccountMeta, Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.system_program import TransferParams, transfer
@@ -18,9 +18,10 @@ from svcpay.program.generated.accounts.session import Session
 from svcpay.program.session_client import pack
 from svcpay.protocol.voucher import ED25519_PROGRAM, SignedVoucher, ed25519_instruction
 from tests.support.asserts import assert_program_error
-from tests.support.billing import USDC
+from tests.support.billing import TOKEN_2022, USDC, Billing
 from tests.support.chain import Chain
 from tests.support.clock import Clock
+from tests.support.token2022 import hook_extra
 
 DEPOSIT = 10 * USDC
 
@@ -34,6 +35,8 @@ class Party:
     key: Keypair  # the session key that signs vouchers
     provider: Keypair
     recipient: Pubkey
+    token_program: Pubkey
+    extra: tuple[AccountMeta, ...]  # a hooked mint's accounts, on every transfer
 
     def open(self, session_id: int = 1, deposit: int = DEPOSIT, *, expires_in: int = 3600,
              dispute: int = 60) -> Pubkey:  # fmt: skip
@@ -41,6 +44,7 @@ class Party:
             self.payer.pubkey(), session_id, signer=self.key.pubkey(), mint=self.mint,
             payer_token=self.payer_token, recipient=self.recipient, deposit=deposit, price=1_000,
             expires_at=self.chain.unix_timestamp() + expires_in, dispute_secs=dispute,
+            token_program=self.token_program, extra=self.extra,
         )  # fmt: skip
         self.chain.send_ok([ix], [self.payer])
         return pda.session_address(self.payer.pubkey(), session_id)
@@ -54,7 +58,7 @@ class Party:
         return SignedVoucher.sign(self.key, address, cumulative, expiry)
 
     def redeem(self, address: Pubkey, voucher: SignedVoucher, by: Keypair | None = None):  # type: ignore[no-untyped-def]
-        ixs = sessions.redeem(self.session(address), address, voucher)
+        ixs = sessions.redeem(self.session(address), address, voucher, extra=self.extra)
         return self.chain.send(ixs, [by or self.provider])
 
     def balance(self, account: Pubkey) -> int:
@@ -62,12 +66,17 @@ class Party:
 
 
 @pytest.fixture
-def party(chain: Chain) -> Party:
+def party(chain: Chain, billing: Billing) -> Party:
+    """A payer and a provider, with a mint of each token program (tests/program/conftest.py)."""
     payer, provider = chain.funded_keypair(), chain.funded_keypair()
-    mint = chain.create_mint()
-    payer_token = chain.token_account(payer.pubkey(), mint, 100 * USDC)
-    recipient = chain.token_account(provider.pubkey(), mint)
-    return Party(chain, mint, payer, payer_token, Keypair(), provider, recipient)
+    mint = billing.mint()
+    payer_token = billing.token_account(payer.pubkey(), mint, 100 * USDC)
+    recipient = billing.token_account(provider.pubkey(), mint)
+    extra = hook_extra(chain, mint) if billing.kind == TOKEN_2022 else ()
+    return Party(
+        chain, mint, payer, payer_token, Keypair(), provider, recipient,
+        billing.token_program, extra,
+    )  # fmt: skip
 
 
 def test_open_escrows_the_deposit(party: Party) -> None:
@@ -144,10 +153,11 @@ def test_two_redeems_of_one_session_in_one_transaction_fail_whole(party: Party) 
 def test_many_sessions_redeem_in_one_transaction(party: Party) -> None:
     addresses = [party.open(i) for i in range(1, 8)]
     batch = [(party.session(a), a, party.voucher(a, i * USDC)) for i, a in enumerate(addresses, 1)]
-    groups = pack(batch, party.provider.pubkey())
+    extra = {a: party.extra for a in addresses}
+    groups = pack(batch, party.provider.pubkey(), extra=extra)
     assert len(groups) < len(batch) and sum(map(len, groups)) == len(batch)
     for group in groups:  # as many sessions per transaction as fit
-        result = party.chain.send(sessions.redeem_many(group), [party.provider])
+        result = party.chain.send(sessions.redeem_many(group, extra=extra), [party.provider])
         assert result.ok, result.logs
     assert party.balance(party.recipient) == 28 * USDC
 
@@ -155,11 +165,11 @@ def test_many_sessions_redeem_in_one_transaction(party: Party) -> None:
 def test_a_stranger_can_only_pay_the_provider(party: Party, chain: Chain) -> None:
     address = party.open()
     stranger = chain.funded_keypair()
-    own = chain.token_account(stranger.pubkey(), party.mint)
+    own = chain.token_account(stranger.pubkey(), party.mint, program_id=party.token_program)
     v = party.voucher(address, USDC)
     s = party.session(address)
     s_into_own = replace(s, recipient=own)
-    result = chain.send(sessions.redeem(s_into_own, address, v), [stranger])
+    result = chain.send(sessions.redeem(s_into_own, address, v, extra=party.extra), [stranger])
     assert_program_error(result, "DestinationMismatch")
     assert party.redeem(address, v, by=stranger).ok  # to the provider: allowed
     assert party.balance(party.recipient) == USDC and party.balance(own) == 0
@@ -170,7 +180,7 @@ def test_close_refunds_the_rest_and_nothing_redeems_after(party: Party) -> None:
     assert party.redeem(address, party.voucher(address, 4 * USDC)).ok
     s = party.session(address)
     result = party.chain.send(
-        [sessions.close(s, address, party.provider.pubkey())], [party.provider]
+        [sessions.close(s, address, party.provider.pubkey(), extra=party.extra)], [party.provider]
     )
     assert result.ok, result.logs
     assert result.event("SessionClosed").data["refunded"] == 6 * USDC
@@ -193,17 +203,20 @@ def test_the_payer_closes_alone_only_after_the_dispute_window(party: Party, cloc
     dispute = clock.days(2)
     address = party.open(dispute=dispute, expires_in=clock.days(30))
     s = party.session(address)
-    payer_close = sessions.close(s, address, party.payer.pubkey())
+    payer_close = sessions.close(s, address, party.payer.pubkey(), extra=party.extra)
     assert_program_error(party.chain.send([payer_close], [party.payer]), "DisputeWindowOpen")
     assert party.chain.send([sessions.request_close(s, address)], [party.payer]).ok
     assert_program_error(
-        party.chain.send([sessions.top_up(s, address, USDC)], [party.payer]), "SessionNotOpen"
+        party.chain.send([sessions.top_up(s, address, USDC, extra=party.extra)], [party.payer]),
+        "SessionNotOpen",
     )
     # the provider may still redeem its last voucher during the window
     assert party.redeem(address, party.voucher(address, 2 * USDC)).ok
     assert_program_error(party.chain.send([payer_close], [party.payer]), "DisputeWindowOpen")
     clock.advance(dispute + 1)
-    result = party.chain.send([sessions.close(s, address, party.payer.pubkey())], [party.payer])
+    result = party.chain.send(
+        [sessions.close(s, address, party.payer.pubkey(), extra=party.extra)], [party.payer]
+    )
     assert result.ok, result.logs
     assert party.balance(party.payer_token) == 98 * USDC
 
@@ -211,16 +224,16 @@ def test_the_payer_closes_alone_only_after_the_dispute_window(party: Party, cloc
 def test_top_up_is_the_payers_and_only_extends(party: Party, chain: Chain) -> None:
     address = party.open()
     s = party.session(address)
-    assert chain.send([sessions.top_up(s, address, 5 * USDC)], [party.payer]).ok
+    assert chain.send([sessions.top_up(s, address, 5 * USDC, extra=party.extra)], [party.payer]).ok
     assert party.session(address).deposit == 15 * USDC
     assert party.redeem(address, party.voucher(address, 12 * USDC)).ok  # over the first deposit
     stranger = chain.funded_keypair()
-    chain.token_account(stranger.pubkey(), party.mint, USDC)
+    chain.token_account(stranger.pubkey(), party.mint, USDC, program_id=party.token_program)
     theirs = replace(s, payer=stranger.pubkey(), refund=party.payer_token)
     assert_program_error(
         chain.send([sessions.top_up(theirs, address, USDC)], [stranger]), "Unauthorized"
     )
-    earlier = sessions.top_up(s, address, USDC, expires_at=s.expires_at - 1)
+    earlier = sessions.top_up(s, address, USDC, expires_at=s.expires_at - 1, extra=party.extra)
     assert_program_error(chain.send([earlier], [party.payer]), "InvalidExpiry")
 
 

@@ -21,9 +21,10 @@ from svcpay.localnet.process import TEST_VALIDATOR, backend
 from svcpay.program import pda, sessions
 from svcpay.program.generated.accounts.session import Session
 from svcpay.protocol.voucher import SignedVoucher
-from tests.support.billing import USDC
+from tests.support.billing import TOKEN_2022, USDC, Billing
 from tests.support.chain import Chain, TxResult
 from tests.support.clock import Clock
+from tests.support.token2022 import hook_extra
 
 DROP_IN_SEEDS, DROP_IN_STEPS = (1, 2), 120
 TEST_VALIDATOR_SEEDS, TEST_VALIDATOR_STEPS = (3,), 25
@@ -62,14 +63,16 @@ class Model:
 
 
 class Run:
-    def __init__(self, chain: Chain, clock: Clock, seed: int) -> None:
+    def __init__(self, chain: Chain, clock: Clock, seed: int, billing: Billing) -> None:
         self.chain, self.clock, self.rng = chain, clock, random.Random(seed)
-        self.mint = chain.create_mint()
+        self.mint = billing.mint()
+        self.token_program = billing.token_program
+        self.extra = hook_extra(chain, self.mint) if billing.kind == TOKEN_2022 else ()
         self.provider = chain.funded_keypair()
-        self.recipient = chain.token_account(self.provider.pubkey(), self.mint)
+        self.recipient = billing.token_account(self.provider.pubkey(), self.mint)
         self.stranger = chain.funded_keypair()
         self.payers = [chain.funded_keypair() for _ in range(2)]
-        self.tokens = {p.pubkey(): chain.token_account(p.pubkey(), self.mint, 1_000 * USDC)
+        self.tokens = {p.pubkey(): billing.token_account(p.pubkey(), self.mint, 1_000 * USDC)
                        for p in self.payers}  # fmt: skip
         self.sessions: dict[Pubkey, Model] = {}
         self.next_id = 1
@@ -109,6 +112,7 @@ class Run:
             payer.pubkey(), self.next_id, signer=key.pubkey(), mint=self.mint,
             payer_token=self.tokens[payer.pubkey()], recipient=self.recipient, deposit=deposit,
             price=1_000, expires_at=expires_at, dispute_secs=dispute,
+            token_program=self.token_program, extra=self.extra,
         )  # fmt: skip
         address = pda.session_address(payer.pubkey(), self.next_id)
         self.next_id += 1
@@ -128,11 +132,11 @@ class Run:
         state = self.state(address)
         if self.rng.random() < 0.2:  # a stranger tops up another's session
             theirs = replace(state, payer=self.stranger.pubkey())
-            ix = sessions.top_up(theirs, address, amount)
+            ix = sessions.top_up(theirs, address, amount, extra=self.extra)
             self.expect(self.chain.send([ix], [self.stranger]), "Unauthorized", "top-up")
             return
         want = OK if m.status == "Open" else "SessionNotOpen"
-        ix = sessions.top_up(state, address, amount)
+        ix = sessions.top_up(state, address, amount, extra=self.extra)
         self.expect(self.chain.send([ix], [m.payer]), want, "top-up")
         if want == OK:
             m.deposit += amount
@@ -153,7 +157,9 @@ class Run:
         if voucher.signer == m.key.pubkey():
             m.signed = max(m.signed, voucher.cumulative)
         by = self.rng.choice([self.provider, self.stranger])
-        result = self.chain.send(sessions.redeem(self.state(address), address, voucher), [by])
+        result = self.chain.send(
+            sessions.redeem(self.state(address), address, voucher, extra=self.extra), [by]
+        )
         if m.status == "Closed":
             want = "SessionClosed"
         elif voucher.signer != m.key.pubkey():
@@ -181,7 +187,7 @@ class Run:
     def close(self, address: Pubkey, m: Model) -> None:
         by = self.rng.choice([self.provider, m.payer, self.stranger])
         who = {id(self.provider): "provider", id(m.payer): "payer"}.get(id(by), "stranger")
-        ix = sessions.close(self.state(address), address, by.pubkey())
+        ix = sessions.close(self.state(address), address, by.pubkey(), extra=self.extra)
         before = self.chain.unix_timestamp()
         result = self.chain.send([ix], [by])
         after = self.chain.unix_timestamp()
@@ -207,7 +213,9 @@ class Run:
     def close_all(self) -> None:
         for address, m in self.sessions.items():
             if m.status != "Closed":
-                ix = sessions.close(self.state(address), address, self.provider.pubkey())
+                ix = sessions.close(
+                    self.state(address), address, self.provider.pubkey(), extra=self.extra
+                )
                 self.expect(self.chain.send([ix], [self.provider]), OK, "close by the provider")
                 m.refunded, m.status = m.deposit - m.redeemed, "Closed"
             self.check()
@@ -244,8 +252,11 @@ class Run:
         self.check()
 
 
-def test_random_session_sequences_conserve_money(chain: Chain, clock: Clock, seed: int) -> None:
-    run = Run(chain, clock, seed)
+def test_random_session_sequences_conserve_money(
+    chain: Chain, clock: Clock, seed: int, billing: Billing
+) -> None:
+    """On an SPL Token mint and on a PYUSD-like Token-2022 one (tests/program/conftest.py)."""
+    run = Run(chain, clock, seed, billing)
     steps = DROP_IN_STEPS if chain.can_time_travel else TEST_VALIDATOR_STEPS
     for _ in range(steps):
         run.step()

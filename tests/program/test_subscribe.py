@@ -1,8 +1,6 @@
-"""subscribe: first charge through the delegate PDA (SPL transfer_checked CPI), clock, events."""
+"""subscribe: first charge through the delegate PDA (transfer_checked CPI), clock, events."""
 
 from __future__ import annotations
-
-from spl.token.constants import TOKEN_PROGRAM_ID
 
 from svcpay.program import instructions, pda
 from svcpay.program.generated.accounts.allowance import Allowance
@@ -32,7 +30,7 @@ def test_charges_the_first_period_through_the_delegate_pda(chain: Chain, billing
     # delegate (not the owner) lowers the delegated amount.
     assert source["delegate"] == pda.delegate_address(sub.pubkey)
     assert source["delegated_amount"] == U64_MAX - 10 * USDC
-    assert f"Program {TOKEN_PROGRAM_ID} invoke [2]" in result.logs
+    assert f"Program {plan.token_program} invoke [2]" in result.logs
 
     address = pda.subscription_address(plan.address, sub.pubkey)
     acct = chain.account(address)

@@ -1,104 +1,34 @@
 """svc_billing with Token-2022 mints (docs/adr/0030): a PYUSD-like mint (6 decimals, a
 transfer hook, a permanent delegate, a zero transfer fee) through create_plan, subscribe,
-renewal, metered deduct and sessions; a transfer-fee mint's gross, fee and net; a refusing
-hook; a mint paused mid-period; the extensions refused at create_plan; and the token
-program swapped for the other one. Real Token-2022 on the real validator, with the
-workspace's own hook program (programs/svc_test_hook)."""
+renewal and metered deduct; a session on a hooked fee mint; a transfer-fee mint's gross,
+fee and net; a refusing hook; a mint paused mid-period; the extensions refused at
+create_plan; and the token program swapped for the other one. Real Token-2022 on the real
+validator, with the workspace's own hook program (programs/svc_test_hook). The other
+program tests run with both token programs too (tests/program/conftest.py)."""
 
 from __future__ import annotations
 
-import hashlib
+from pathlib import Path
 
 import pytest
-from solders.instruction import AccountMeta, Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
-from solders.system_program import ID as SYSTEM_PROGRAM
 
 from svcpay.facilitator import crank
-from svcpay.localnet.process import TEST_HOOK_ID
+from svcpay.facilitator.store import Store
+from svcpay.gate.chain import ChainSubscriptions
 from svcpay.program import instructions, pda
 from svcpay.program.client import BillingClient, TransactionError, status_name
+from svcpay.program.session_client import Sessions
 from svcpay.protocol import token2022 as t22
 from svcpay.protocol.programs import TOKEN_2022_PROGRAM, TOKEN_PROGRAM
+from svcpay.protocol.voucher import SignedVoucher
 from tests.support.billing import USDC
 from tests.support.chain import Chain
 from tests.support.clock import Clock
+from tests.support.token2022 import HOOK, hook_transfers, pyusd_like, set_refuse, t22_mint
 
 pytestmark = pytest.mark.anyio
-HOOK = Pubkey.from_string(TEST_HOOK_ID)
-
-
-def _disc(name: str) -> bytes:
-    return hashlib.sha256(f"global:{name}".encode()).digest()[:8]
-
-
-def counter_address(mint: Pubkey) -> Pubkey:
-    return Pubkey.find_program_address([b"counter", bytes(mint)], HOOK)[0]
-
-
-def hook_transfers(chain: Chain, mint: Pubkey) -> int:
-    acct = chain.account(counter_address(mint))
-    assert acct is not None
-    return int.from_bytes(acct.data[72:80], "little")
-
-
-def init_hook(chain: Chain, mint: Pubkey) -> None:
-    payer = chain.payer.pubkey()
-    ix = Instruction(
-        HOOK,
-        _disc("initialize"),
-        [
-            AccountMeta(payer, True, True),
-            AccountMeta(payer, False, False),
-            AccountMeta(mint, False, False),
-            AccountMeta(t22.validation_address(HOOK, mint), False, True),
-            AccountMeta(counter_address(mint), False, True),
-            AccountMeta(SYSTEM_PROGRAM, False, False),
-        ],
-    )
-    chain.send_ok([ix], [chain.payer])
-
-
-def set_refuse(chain: Chain, mint: Pubkey, refuse: bool) -> None:
-    ix = Instruction(
-        HOOK,
-        _disc("set_refuse") + bytes([refuse]),
-        [
-            AccountMeta(chain.payer.pubkey(), True, False),
-            AccountMeta(counter_address(mint), False, True),
-        ],
-    )
-    chain.send_ok([ix], [chain.payer])
-
-
-def t22_mint(chain: Chain, **extensions: object) -> Pubkey:
-    """A Token-2022 mint of 6 decimals with `extensions` (create_mint_instructions' names),
-    the chain's payer its authority."""
-    mint = Keypair()
-    ixs = t22.create_mint_instructions(
-        chain.payer.pubkey(),
-        mint.pubkey(),
-        6,
-        chain.payer.pubkey(),
-        rent_lamports=chain.minimum_balance,
-        **extensions,  # type: ignore[arg-type]
-    )
-    chain.send_ok(ixs, [chain.payer, mint])
-    if extensions.get("transfer_hook") == HOOK:
-        init_hook(chain, mint.pubkey())
-    return mint.pubkey()
-
-
-def pyusd_like(chain: Chain) -> Pubkey:
-    """What PYUSD is: Token-2022, 6 decimals, a transfer hook, a permanent delegate and a
-    transfer-fee config at zero."""
-    return t22_mint(
-        chain,
-        transfer_hook=HOOK,
-        permanent_delegate=chain.payer.pubkey(),
-        transfer_fee=(0, 0),
-    )
 
 
 def balance(chain: Chain, account: Pubkey) -> int:
@@ -189,9 +119,12 @@ async def test_a_transfer_fee_mint_reports_gross_fee_and_net(
     assert debited == dest.amount + dest.withheld_amount
 
 
-async def test_a_refusing_hook_fails_the_renewal_and_the_crank_moves_on(
-    chain: Chain, client: BillingClient, clock: Clock
+async def test_a_refusing_hook_fails_the_renewal_the_crank_reports_it_and_moves_on(
+    chain: Chain, client: BillingClient, clock: Clock, tmp_path: Path
 ) -> None:
+    """The chain cannot record a renewal the hook refused (the transaction fails): the crank
+    records `subscription.renewal_failed` (TransferRefused) for webhooks and renews the
+    others; the gate refuses the subscription once its renewal is overdue."""
     hooked = pyusd_like(chain)
     plan, _, facilitator, _ = await plan_on(chain, client, hooked, period=8)
     subscriber, _ = funded(chain, hooked, 10 * USDC)
@@ -211,18 +144,37 @@ async def test_a_refusing_hook_fails_the_renewal_and_the_crank_moves_on(
     assert refused.value.failed_in == str(HOOK) and refused.value.rejected
     assert "refuses transfers" in "\n".join(refused.value.logs)
 
-    summary = await crank.run_once(client, facilitator, plan=[plan, other])
+    store = Store.open(f"sqlite:///{tmp_path / 'facilitator.db'}")
+    try:
+        summary = await crank.run_once(client, facilitator, plan=[plan, other], store=store)
+        events = await store.events.read(None)
+    finally:
+        await store.close()
     assert summary.renewed == 1 and summary.skipped == 1, summary
     assert any(str(sub) in e for e in summary.errors)
+    reported = [e for e in events if e.type == "subscription.renewal_failed"]
+    assert len(reported) == 1 and reported[0].subscription == str(sub)
+    assert reported[0].data["reason"] == "TransferRefused"
+    assert reported[0].data["program"] == str(HOOK)
     renewed = await client.fetch_subscription(other_sub)
     assert renewed is not None and renewed.cycles_billed == 2
     still = await client.fetch_subscription(sub)
     assert still is not None and still.cycles_billed == 1 and status_name(still) == "Active"
 
+    # Active on chain, but not renewed long after its period ended: the gate says so.
+    subscriptions = ChainSubscriptions(client, ttl=0, overdue_after=2)
+    clock.advance_to(state.current_period_end + 3)
+    view = await subscriptions.lookup(str(sub))
+    assert view is not None and view.status == "Overdue"
+    other_view = await subscriptions.lookup(str(other_sub))
+    assert other_view is not None and other_view.status == "Active"
+
     set_refuse(chain, hooked, False)
     await client.collect(sub, facilitator)
     again = await client.fetch_subscription(sub)
     assert again is not None and again.cycles_billed == 2
+    view = await subscriptions.lookup(str(sub))
+    assert view is not None and view.status == "Active"
 
 
 async def test_a_mint_paused_mid_period_makes_the_renewal_past_due_until_resumed(
@@ -292,3 +244,44 @@ def test_a_token_2022_mint_with_the_spl_token_program_is_refused(chain: Chain) -
     # A fake token program is refused before anything is read.
     fake = instructions.with_token_program(ix, pda.PROGRAM_ID)
     assert chain.send([fake], [provider]).ok is False
+
+
+async def test_a_session_on_a_hooked_fee_mint_escrows_redeems_and_closes(
+    chain: Chain, client: BillingClient
+) -> None:
+    """The deposit is what the vault received; a withdrawal reports gross, fee and net; the
+    close harvests the vault's withheld fees so it can close, and refunds the rest."""
+    mint = t22_mint(chain, transfer_hook=HOOK, transfer_fee=(150, 10_000))
+    payer, payer_token = funded(chain, mint, 100 * USDC)
+    provider = chain.funded_keypair()
+    recipient = chain.token_account(provider.pubkey(), mint, program_id=TOKEN_2022_PROGRAM)
+    sessions = Sessions(client)
+    address = await sessions.open(
+        payer,
+        mint=mint,
+        recipient=recipient,
+        deposit=USDC,
+        price=1_000,
+        expires_at=chain.unix_timestamp() + 3600,
+        dispute_secs=60,
+    )
+    state = await sessions.fetch(address)
+    assert state is not None and state.deposit == USDC - 10_000  # the fee, at its cap
+    transfers = hook_transfers(chain, mint)
+
+    (receipt,) = await sessions.redeem([SignedVoucher.sign(payer, address, USDC // 2)], provider)
+    withdrawn = receipt.event("SessionWithdrawn")
+    assert withdrawn is not None
+    assert (withdrawn.data["amount"], withdrawn.data["fee"], withdrawn.data["net"]) == (
+        USDC // 2,
+        7_500,
+        USDC // 2 - 7_500,
+    )
+    assert balance(chain, recipient) == USDC // 2 - 7_500
+    assert hook_transfers(chain, mint) == transfers + 1
+
+    await sessions.close(address, provider)
+    assert chain.account(pda.vault_address(address)) is None
+    refund = (USDC - 10_000) - USDC // 2
+    refund_fee = 7_350  # 1.5% of the refund, rounded up
+    assert balance(chain, payer_token) == 100 * USDC - USDC + refund - refund_fee

@@ -2,20 +2,28 @@
 
 `Billing(chain).plan(amount=...)` creates a provider, its mint and destination and a plan;
 `.subscriber(plan, balance)` a funded subscriber; instruction helpers fill every account.
+`Billing(chain, SPL_TOKEN | TOKEN_2022)` picks the plans' mints: SPL Token, or PYUSD-like
+Token-2022 ones (a transfer hook, a permanent delegate, a zero transfer fee), whose every
+transfer carries the hook's accounts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from solders.instruction import Instruction
+from solders.instruction import AccountMeta, Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from svcpay.program import instructions, pda
 from svcpay.program.generated.accounts.plan import Plan as PlanAccount
 from svcpay.program.generated.accounts.subscription import Subscription as SubscriptionAccount
+from svcpay.protocol.programs import TOKEN_2022_PROGRAM, TOKEN_PROGRAM
 from tests.support.chain import Chain, TxResult
+from tests.support.token2022 import hook_extra, pyusd_like
+
+SPL_TOKEN, TOKEN_2022 = "spl-token", "token-2022"
+TOKEN_KINDS = (SPL_TOKEN, TOKEN_2022)
 
 DAY = 24 * 60 * 60
 USDC = 10**6  # base units per USDC (6 decimals)
@@ -31,6 +39,9 @@ class Plan:
     amount: int
     period_secs: int
     result: TxResult
+    token_program: Pubkey = TOKEN_PROGRAM
+    # a hooked mint's accounts, appended to each transfer (the test hook's depend on the mint)
+    extra: tuple[AccountMeta, ...] = ()
 
 
 @dataclass
@@ -52,10 +63,12 @@ def create_plan_ix(
     amount: int,
     period_secs: int = 30 * DAY,
     grace_secs: int = 3 * DAY,
+    token_program: Pubkey = TOKEN_PROGRAM,
 ) -> Instruction:
     return instructions.create_plan(
-        authority, plan_id, mint, destination, billing_authority, amount, period_secs, grace_secs
-    )
+        authority, plan_id, mint, destination, billing_authority, amount, period_secs,
+        grace_secs, token_program=token_program,
+    )  # fmt: skip
 
 
 def subscribe_ix(
@@ -72,6 +85,8 @@ def subscribe_ix(
         plan.destination,
         max_overage,
         previous_allowance,
+        token_program=plan.token_program,
+        extra=plan.extra,
     )
 
 
@@ -84,6 +99,8 @@ def deduct_ix(plan: Plan, subscriber: Subscriber, amount: int, authority: Pubkey
         plan.mint,
         plan.destination,
         amount,
+        token_program=plan.token_program,
+        extra=plan.extra,
     )
 
 
@@ -95,13 +112,27 @@ def collect_ix(plan: Plan, subscriber: Subscriber, has_allowance: bool = False) 
         plan.mint,
         plan.destination,
         has_allowance,
+        token_program=plan.token_program,
+        extra=plan.extra,
     )
 
 
 class Billing:
-    def __init__(self, chain: Chain) -> None:
+    def __init__(self, chain: Chain, kind: str = SPL_TOKEN) -> None:
+        assert kind in TOKEN_KINDS, kind
         self.chain = chain
+        self.kind = kind
+        self.token_program = TOKEN_2022_PROGRAM if kind == TOKEN_2022 else TOKEN_PROGRAM
         self._next_plan_id = 1
+
+    def mint(self, decimals: int = 6) -> Pubkey:
+        """A new mint of this Billing's kind."""
+        if self.kind == TOKEN_2022:
+            return pyusd_like(self.chain, decimals)
+        return self.chain.create_mint(decimals)
+
+    def token_account(self, owner: Pubkey, mint: Pubkey, amount: int = 0) -> Pubkey:
+        return self.chain.token_account(owner, mint, amount, program_id=self.token_program)
 
     def plan(
         self,
@@ -115,8 +146,8 @@ class Billing:
         chain = self.chain
         authority = chain.funded_keypair()
         facilitator = chain.funded_keypair()
-        mint = mint or chain.create_mint(decimals)
-        destination = chain.token_account(authority.pubkey(), mint)
+        mint = mint or self.mint(decimals)
+        destination = self.token_account(authority.pubkey(), mint)
         plan_id = self._next_plan_id
         self._next_plan_id += 1
         result = chain.send_ok(
@@ -130,6 +161,7 @@ class Billing:
                     amount,
                     period_secs,
                     grace_secs,
+                    self.token_program,
                 )
             ],
             [authority],
@@ -143,6 +175,8 @@ class Billing:
             amount,
             period_secs,
             result,
+            self.token_program,
+            hook_extra(chain, mint) if self.kind == TOKEN_2022 else (),
         )
 
     def subscription(self, plan: Plan, subscriber: Subscriber) -> SubscriptionAccount:
@@ -162,7 +196,7 @@ class Billing:
 
     def subscriber(self, plan: Plan, balance: int) -> Subscriber:
         kp = self.chain.funded_keypair()
-        return Subscriber(kp, self.chain.token_account(kp.pubkey(), plan.mint, balance))
+        return Subscriber(kp, self.token_account(kp.pubkey(), plan.mint, balance))
 
     def subscribe(
         self,

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from solders.instruction import Instruction
+from solders.instruction import AccountMeta, Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from spl.token.constants import TOKEN_PROGRAM_ID
@@ -48,9 +48,17 @@ from svcpay.program.generated.accounts.allowance import Allowance as AllowanceAc
 from svcpay.program.generated.accounts.plan import Plan as PlanAccount
 from svcpay.program.generated.accounts.subscription import Subscription as SubscriptionAccount
 from svcpay.program.generated.program_id import PROGRAM_ID
+from svcpay.protocol import token2022 as t22
+from svcpay.protocol.programs import TOKEN_2022_PROGRAM
 from tests.support.billing import USDC
 from tests.support.chain import Chain, TxResult
 from tests.support.clock import Clock
+from tests.support.token2022 import HOOK, hook_extra, t22_mint
+
+# The mints a sequence runs on: SPL Token, or Token-2022 with a transfer hook and a 1.5% fee
+# (at most 0.01), where the provider receives less than the subscribers pay.
+SPL_MINT, FEE_HOOK_MINT = "spl-token", "token-2022-fee-hook"
+FEE_BPS, MAX_FEE = 150, 10_000
 
 U64_MAX = 2**64 - 1
 OK = "ok"
@@ -436,6 +444,8 @@ class Snapshot:
     now: int
     supply: int
     destination: int
+    # what a transfer-fee mint withheld in the destination (0 for other mints)
+    withheld: int
     plans: list[PlanAccount]
     tokens: list[TokenState]
     subs: dict[tuple[int, int], SubscriptionAccount]
@@ -444,7 +454,9 @@ class Snapshot:
     program_accounts: dict[Pubkey, tuple[int, int]]
 
     def view(self, delegates: list[Pubkey]) -> dict[str, object]:
-        out: dict[str, object] = {"supply": self.supply, "destination": self.destination}
+        # What reached the destination: its balance and the fees withheld in it.
+        received = self.destination + self.withheld
+        out: dict[str, object] = {"supply": self.supply, "destination": received}
         for p, plan in enumerate(self.plans):
             out[f"plan{p}.live"] = plan.live_subscriptions
             out[f"plan{p}.total_subscriptions"] = plan.total_subscriptions
@@ -529,6 +541,7 @@ class RunStats:
     deductions: int = 0
     first_periods: int = 0
     collected: int = 0
+    fees: int = 0  # withheld by a transfer-fee mint, as the events reported
     elapsed: float = 0.0
 
     def summary(self) -> str:
@@ -561,7 +574,13 @@ class SequenceRunner:
         steps: int,
         subscribers: int = 4,
         max_advance: int | None = None,
+        mint_kind: str = SPL_MINT,
     ) -> None:
+        assert mint_kind in (SPL_MINT, FEE_HOOK_MINT), mint_kind
+        self.mint_kind = mint_kind
+        self.token_program = TOKEN_2022_PROGRAM if mint_kind == FEE_HOOK_MINT else TOKEN_PROGRAM_ID
+        self.extra: tuple[AccountMeta, ...] = ()
+        self.fees = 0  # the fees the program's events reported
         self.chain, self.clock, self.seed, self.steps = chain, clock, seed, steps
         self.rng = random.Random(seed)
         self.n = subscribers
@@ -576,8 +595,14 @@ class SequenceRunner:
         self.provider = chain.funded_keypair()
         self.billing = chain.funded_keypair()
         self.stranger = chain.funded_keypair()
-        self.mint = chain.create_mint(6)
-        self.destination = chain.token_account(self.provider.pubkey(), self.mint)
+        if self.mint_kind == FEE_HOOK_MINT:
+            self.mint = t22_mint(chain, 6, transfer_hook=HOOK, transfer_fee=(FEE_BPS, MAX_FEE))
+            self.extra = hook_extra(chain, self.mint)
+        else:
+            self.mint = chain.create_mint(6)
+        self.destination = chain.token_account(
+            self.provider.pubkey(), self.mint, program_id=self.token_program
+        )
         self.plans: list[PlanInfo] = []
         for plan_id in (1, 2):
             amount = rng.choice([1, 4, 10]) * USDC
@@ -591,6 +616,7 @@ class SequenceRunner:
                 amount,
                 period,
                 grace,
+                token_program=self.token_program,
             )
             chain.send_ok([ix], [self.provider])
             address = pda.plan_address(self.provider.pubkey(), plan_id)
@@ -602,7 +628,9 @@ class SequenceRunner:
             kp = chain.funded_keypair()
             balance = rng.choice([0, 5, 12, 30, 60, 100]) * USDC
             self.subscribers.append(kp)
-            self.token_accounts.append(chain.token_account(kp.pubkey(), self.mint, balance))
+            self.token_accounts.append(
+                chain.token_account(kp.pubkey(), self.mint, balance, program_id=self.token_program)
+            )
             self.funded.append(balance)
         self.delegates = [pda.delegate_address(kp.pubkey()) for kp in self.subscribers]
         self.actors: dict[str, Keypair] = {
@@ -673,6 +701,11 @@ class SequenceRunner:
             now=int.from_bytes(data(CLOCK_SYSVAR)[32:40], "little", signed=True),
             supply=int.from_bytes(data(self.mint)[36:44], "little"),
             destination=token_state(data(self.destination)).balance,
+            withheld=(
+                t22.token_account_info(TOKEN_2022_PROGRAM, data(self.destination)).withheld_amount
+                if self.mint_kind == FEE_HOOK_MINT
+                else 0
+            ),
             plans=[PlanAccount.decode(data(p.address)) for p in self.plans],
             tokens=[token_state(data(t)) for t in self.token_accounts],
             subs=subs,
@@ -793,13 +826,16 @@ class SequenceRunner:
         sub, allowance = self.sub_addresses[key], self.allowance_addresses[key]
         mint, dest, me = self.mint, self.destination, signer.pubkey()
         ix: Instruction
+        routed = {"token_program": self.token_program, "extra": self.extra}
         if a.kind == "subscribe":
-            ix = instructions.subscribe(plan, me, token, mint, dest, a.max_overage, a.flag)
+            ix = instructions.subscribe(
+                plan, me, token, mint, dest, a.max_overage, a.flag, **routed
+            )
         elif a.kind == "collect":
-            ix = instructions.collect(plan, owner.pubkey(), token, mint, dest, a.flag)
+            ix = instructions.collect(plan, owner.pubkey(), token, mint, dest, a.flag, **routed)
         elif a.kind == "deduct":
             ix = instructions.deduct_allowance(
-                me, plan, owner.pubkey(), token, mint, dest, a.amount
+                me, plan, owner.pubkey(), token, mint, dest, a.amount, **routed
             )
         elif a.kind == "pause":
             ix = instructions.pause(me, plan, owner.pubkey())
@@ -818,7 +854,7 @@ class SequenceRunner:
         elif a.kind == "topup":
             payer = self.chain.payer  # the authority of the mints Chain creates
             minted = MintToParams(
-                program_id=TOKEN_PROGRAM_ID,
+                program_id=self.token_program,
                 mint=mint,
                 dest=token,
                 mint_authority=payer.pubkey(),
@@ -826,12 +862,14 @@ class SequenceRunner:
             )
             return [mint_to(minted)], [payer]
         elif a.kind == "revoke":
-            revoked = RevokeParams(program_id=TOKEN_PROGRAM_ID, account=token, owner=owner.pubkey())
+            revoked = RevokeParams(
+                program_id=self.token_program, account=token, owner=owner.pubkey()
+            )
             return [revoke(revoked)], [owner]
         elif a.kind == "approve":
             delegate = self.delegates[a.subscriber]
             params = ApproveParams(
-                program_id=TOKEN_PROGRAM_ID,
+                program_id=self.token_program,
                 source=token,
                 delegate=delegate,
                 owner=owner.pubkey(),
@@ -851,6 +889,7 @@ class SequenceRunner:
             if progress is not None:
                 progress(step)
         self.stats.elapsed = time.monotonic() - began
+        self.stats.fees = self.fees
         return self.stats
 
     def step(self, step: int) -> None:
@@ -864,6 +903,20 @@ class SequenceRunner:
             t0 = self.clock.now()
             result = self.chain.send(*self.transaction(a))
             outcome, logs = outcome_of(result), result.logs
+            for event in result.events:
+                if "fee" not in event.data:
+                    continue
+                fee, amount = int(event.data["fee"]), int(event.data["amount"])
+                expected = (
+                    0
+                    if self.mint_kind == SPL_MINT
+                    else min(-(-amount * FEE_BPS // 10_000), MAX_FEE)
+                )
+                if fee != expected or int(event.data["net"]) != amount - fee:
+                    self.fail(
+                        step, f"{event.name}: fee {fee} on {amount}, the mint's is {expected}"
+                    )
+                self.fees += fee
         post = self.read()
         if a.kind == "time":
             t0 = post.now
@@ -969,12 +1022,17 @@ class SequenceRunner:
         recorded = sum(self.ended_paid) + sum(s.total_paid for s in post.subs.values())
         collected = sum(plan.total_collected for plan in post.plans)
         model_recorded = sum(plan.total_collected for plan in self.model.plans)
-        if not debited == recorded == post.destination == collected == model_recorded:
+        # With a transfer-fee mint: debited = credited + withheld, and the fees withheld are
+        # those the events reported, each the mint's fee on its amount.
+        received = post.destination + post.withheld
+        if not debited == recorded == received == collected == model_recorded:
             broken.append(
                 f"money: debited {debited}, subscriptions' total_paid {recorded}, "
-                f"destination {post.destination}, plans' total_collected {collected}, "
-                f"model's charges {model_recorded}"
+                f"destination {post.destination} + withheld {post.withheld}, plans' "
+                f"total_collected {collected}, model's charges {model_recorded}"
             )
+        if post.withheld != self.fees:
+            broken.append(f"fees: withheld {post.withheld}, the events' fees {self.fees}")
         for p, plan in enumerate(post.plans):
             paid = self.ended_paid[p] + sum(s.total_paid for k, s in post.subs.items() if k[0] == p)
             if plan.total_collected != paid:
@@ -984,7 +1042,7 @@ class SequenceRunner:
                 broken.append(f"plan{p}: live_subscriptions {plan.live_subscriptions} != {live}")
             if plan.total_subscriptions != self.subscribed[p]:
                 broken.append(f"plan{p}: total_subscriptions {plan.total_subscriptions}")
-        balances = sum(t.balance for t in post.tokens) + post.destination
+        balances = sum(t.balance for t in post.tokens) + post.destination + post.withheld
         if not post.supply == balances == sum(self.funded):
             broken.append(
                 f"supply: mint {post.supply}, balances {balances}, minted {sum(self.funded)}"
@@ -1161,7 +1219,9 @@ def run_sequence(
     subscribers: int = 4,
     max_advance: int | None = None,
     progress: Callable[[int], None] | None = None,
+    mint_kind: str = SPL_MINT,
 ) -> RunStats:
-    """One seeded sequence of `steps` actions; raises SequenceFailure on a disagreement."""
-    runner = SequenceRunner(chain, clock, seed, steps, subscribers, max_advance)
+    """One seeded sequence of `steps` actions on a mint of `mint_kind`; raises
+    SequenceFailure on a disagreement."""
+    runner = SequenceRunner(chain, clock, seed, steps, subscribers, max_advance, mint_kind)
     return runner.run(progress)

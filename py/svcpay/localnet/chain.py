@@ -257,11 +257,18 @@ class Chain:
         return ata
 
     def mint_to(
-        self, mint: Pubkey, token_account: Pubkey, amount: int, authority: Keypair | None = None
+        self,
+        mint: Pubkey,
+        token_account: Pubkey,
+        amount: int,
+        authority: Keypair | None = None,
+        *,
+        program_id: Pubkey = TOKEN_PROGRAM_ID,
     ) -> None:
         """Mints `amount` to `token_account` (`authority`: the mint's, if not this client's
-        payer, e.g. svcpay.localnet.accounts.LOCAL_USDC_AUTHORITY)."""
-        ix = self._mint_to_ix(mint, token_account, amount, authority)
+        payer, e.g. svcpay.localnet.accounts.LOCAL_USDC_AUTHORITY; `program_id`: the mint's
+        token program)."""
+        ix = self._mint_to_ix(mint, token_account, amount, authority, program_id=program_id)
         self.send_ok([ix], [self.payer] + ([authority] if authority else []))
 
     def _mint_to_ix(

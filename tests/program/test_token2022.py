@@ -7,16 +7,12 @@ workspace's own hook program (programs/svc_test_hook)."""
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
-from solders.instruction import AccountMeta, Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
-from solders.system_program import ID as SYSTEM_PROGRAM
 
 from svcpay.facilitator import crank
-from svcpay.localnet.process import TEST_HOOK_ID
+from svcpay.localnet import test_hook
 from svcpay.program import instructions, pda
 from svcpay.program.client import BillingClient, TransactionError, status_name
 from svcpay.protocol import token2022 as t22
@@ -26,79 +22,27 @@ from tests.support.chain import Chain
 from tests.support.clock import Clock
 
 pytestmark = pytest.mark.anyio
-HOOK = Pubkey.from_string(TEST_HOOK_ID)
-
-
-def _disc(name: str) -> bytes:
-    return hashlib.sha256(f"global:{name}".encode()).digest()[:8]
-
-
-def counter_address(mint: Pubkey) -> Pubkey:
-    return Pubkey.find_program_address([b"counter", bytes(mint)], HOOK)[0]
+HOOK = test_hook.HOOK_PROGRAM
 
 
 def hook_transfers(chain: Chain, mint: Pubkey) -> int:
-    acct = chain.account(counter_address(mint))
-    assert acct is not None
-    return int.from_bytes(acct.data[72:80], "little")
-
-
-def init_hook(chain: Chain, mint: Pubkey) -> None:
-    payer = chain.payer.pubkey()
-    ix = Instruction(
-        HOOK,
-        _disc("initialize"),
-        [
-            AccountMeta(payer, True, True),
-            AccountMeta(payer, False, False),
-            AccountMeta(mint, False, False),
-            AccountMeta(t22.validation_address(HOOK, mint), False, True),
-            AccountMeta(counter_address(mint), False, True),
-            AccountMeta(SYSTEM_PROGRAM, False, False),
-        ],
-    )
-    chain.send_ok([ix], [chain.payer])
+    return test_hook.transfers(chain, mint)
 
 
 def set_refuse(chain: Chain, mint: Pubkey, refuse: bool) -> None:
-    ix = Instruction(
-        HOOK,
-        _disc("set_refuse") + bytes([refuse]),
-        [
-            AccountMeta(chain.payer.pubkey(), True, False),
-            AccountMeta(counter_address(mint), False, True),
-        ],
-    )
-    chain.send_ok([ix], [chain.payer])
+    chain.send_ok([test_hook.set_refuse(chain.payer.pubkey(), mint, refuse)], [chain.payer])
 
 
 def t22_mint(chain: Chain, **extensions: object) -> Pubkey:
     """A Token-2022 mint of 6 decimals with `extensions` (create_mint_instructions' names),
-    the chain's payer its authority."""
-    mint = Keypair()
-    ixs = t22.create_mint_instructions(
-        chain.payer.pubkey(),
-        mint.pubkey(),
-        6,
-        chain.payer.pubkey(),
-        rent_lamports=chain.minimum_balance,
-        **extensions,  # type: ignore[arg-type]
-    )
-    chain.send_ok(ixs, [chain.payer, mint])
-    if extensions.get("transfer_hook") == HOOK:
-        init_hook(chain, mint.pubkey())
-    return mint.pubkey()
+    the chain's payer its authority; a mint hooked to the test hook has it initialized."""
+    return test_hook.create_mint(chain, 6, **extensions)
 
 
 def pyusd_like(chain: Chain) -> Pubkey:
     """What PYUSD is: Token-2022, 6 decimals, a transfer hook, a permanent delegate and a
     transfer-fee config at zero."""
-    return t22_mint(
-        chain,
-        transfer_hook=HOOK,
-        permanent_delegate=chain.payer.pubkey(),
-        transfer_fee=(0, 0),
-    )
+    return test_hook.pyusd_like(chain)
 
 
 def balance(chain: Chain, account: Pubkey) -> int:

@@ -140,8 +140,9 @@ def create_mint_cmd(args: argparse.Namespace) -> int:
         if given
     ]
     if extensions and not args.token_2022:
+        need = "needs" if len(extensions) == 1 else "need"
         raise UsageError(
-            f"{' and '.join(extensions)} need --token-2022: SPL Token mints have no extensions"
+            f"{' and '.join(extensions)} {need} --token-2022: SPL Token mints have no extensions"
         )
     if (args.transfer_fee_bps is None) != (args.max_fee is None):
         raise UsageError(

@@ -5,21 +5,35 @@ left running afterwards."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
-from svcpay.cli import build_parser
+from svcpay import demo
+from svcpay.cli import main
 from svcpay.demo.walkthrough import DAY, Demo, plan_times, run
 from svcpay.localnet import test_hook
 from svcpay.localnet.process import DROP_IN, TEST_HOOK_SO, backend
 from tests.test_demo import PNG, validator_running
 
 
-def test_the_cli_and_python_m_take_the_option() -> None:
-    assert build_parser().parse_args(["demo", "--token-2022"]).token_2022 is True
-    assert build_parser().parse_args(["demo"]).token_2022 is False
+def test_svcpay_demo_and_python_m_pass_the_option_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    asked: list[dict[str, object]] = []
+
+    def walkthrough(out: Path, **options: object) -> int:  # the real one runs below
+        asked.append(options)
+        return 0
+
+    monkeypatch.setattr(demo, "run", walkthrough)
+    assert main(["demo", "--token-2022", "--out", str(tmp_path), "--json"]) == 0
+    assert demo.main(["--token-2022", "--out", str(tmp_path)]) == 0
+    assert main(["demo", "--out", str(tmp_path)]) == 0
+    assert asked == [{"token_2022": True}, {"token_2022": True}, {}]
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["ok"] is True
 
 
 def test_the_demo_prices_its_plans_in_a_pyusd_like_mint(

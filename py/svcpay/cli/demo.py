@@ -24,11 +24,12 @@ NAME = "demo"
 def handle(args: argparse.Namespace) -> int:
     if args.out.exists() and not args.out.is_dir():
         raise UsageError(f"--out {args.out} is a file: give a directory for the chart")
+    options = {"token_2022": True} if args.token_2022 else {}  # only what was asked
     if not args.json:
-        return demo.run(args.out, token_2022=args.token_2022)
+        return demo.run(args.out, **options)
     # The walkthrough's narration goes to stderr; stdout carries one JSON object.
     with contextlib.redirect_stdout(sys.stderr):
-        code = demo.run(args.out, token_2022=args.token_2022)
+        code = demo.run(args.out, **options)
     chart = args.out / "analytics.png"
     data = {"ok": code == 0, "exitCode": code, "chart": str(chart) if chart.exists() else None}
     print(json.dumps(data))

@@ -1,6 +1,9 @@
 """Compute units of each svc_billing instruction and rent of each account, in the runtime.
 
-Run through scripts/bench-program. Measures on the drop-in validator and on
+Run through scripts/bench-program. The instructions that move tokens are measured with an
+SPL Token mint and again with Token-2022 mints: plain, with a 1.5% transfer fee, and
+PYUSD-like (a transfer hook, the workspace's test hook, whose own work is in the figure; a
+permanent delegate; a zero fee). Measures on the drop-in validator and on
 solana-test-validator (when it is built; `--validator` picks one) with the same keypairs, so
 the PDA bump searches, and so the compute units, are the same work on both. Prints a table (or
 JSON with --json); never asserts: targets are compared by people, in the issue notes.
@@ -16,6 +19,7 @@ import re
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
+from svcpay.localnet import test_hook
 from svcpay.localnet.chain import Chain
 from svcpay.localnet.process import DROP_IN, PROGRAM_SO, TEST_VALIDATOR, localnet
 from svcpay.localnet.validator import ValidatorNotFound, find_validator
@@ -23,6 +27,9 @@ from svcpay.program import instructions, pda, sessions
 from svcpay.program.generated.accounts.session import Session
 from svcpay.program.generated.program_id import PROGRAM_ID
 from svcpay.program.session_client import pack
+from svcpay.program.tokens import route_with
+from svcpay.protocol import token2022 as t22
+from svcpay.protocol.programs import TOKEN_2022_PROGRAM
 from svcpay.protocol.voucher import SignedVoucher
 
 USDC = 10**6
@@ -100,6 +107,79 @@ def measure(chain: Chain) -> dict[str, int]:
     out["close_plan CU"] = chain.send_ok([ix], [provider]).compute_units
     out["program .so bytes"] = PROGRAM_SO.stat().st_size
     out.update(measure_sessions(chain))
+    for label, extensions in TOKEN_2022_MINTS:
+        out.update(measure_token_2022(chain, label, extensions))
+    return out
+
+
+# Token-2022 mints measured beside SPL Token: (label, create_mint_instructions' keywords).
+TOKEN_2022_MINTS: list[tuple[str, dict[str, object]]] = [
+    ("Token-2022", {}),
+    ("Token-2022 1.5% fee", {"transfer_fee": (150, 10_000)}),
+    ("PYUSD-like (hook)", {
+        "transfer_hook": test_hook.HOOK_PROGRAM, "transfer_fee": (0, 0),
+        "permanent_delegate": keypair("t22-authority").pubkey(),
+    }),
+]  # fmt: skip
+
+
+def measure_token_2022(chain: Chain, label: str, extensions: dict[str, object]) -> dict[str, int]:
+    """create_plan, subscribe, deduct_allowance, collect and open_session with a Token-2022
+    mint of `extensions` (fixed keypairs: the same PDAs, the same work, on every run)."""
+    tag = label.lower().replace(" ", "-")
+    provider, facilitator = (
+        chain.fund(keypair(f"{tag}-provider")),
+        chain.fund(keypair(f"{tag}-facilitator")),
+    )
+    mint = test_hook.create_mint(chain, 6, mint=keypair(f"{tag}-mint"), **extensions)
+    info = t22.mint_info(TOKEN_2022_PROGRAM, chain.account(mint).data)  # type: ignore[union-attr]
+
+    def extra(source: Pubkey, destination: Pubkey, authority: Pubkey, amount: int):  # type: ignore[no-untyped-def]
+        return route_with(
+            mint, info, source=source, destination=destination, authority=authority,
+            amount=amount, account_data=lambda k: (a.data if (a := chain.account(k)) else None),
+        ).extra  # fmt: skip
+
+    t22_program = {"token_program": TOKEN_2022_PROGRAM}
+    dest = chain.token_account(provider.pubkey(), mint, program_id=TOKEN_2022_PROGRAM)
+    period, out = 3, {}
+    ix = instructions.create_plan(
+        provider.pubkey(), 1, mint, dest, facilitator.pubkey(), 10 * USDC, period, 3 * DAY,
+        **t22_program,
+    )  # fmt: skip
+    out[f"{label}: create_plan CU"] = chain.send_ok([ix], [provider]).compute_units
+    plan = pda.plan_address(provider.pubkey(), 1)
+    metered = chain.fund(keypair(f"{tag}-metered"))
+    source = chain.token_account(metered.pubkey(), mint, 100 * USDC, program_id=TOKEN_2022_PROGRAM)
+    delegate = pda.delegate_address(metered.pubkey())
+    ix = instructions.subscribe(
+        plan, metered.pubkey(), source, mint, dest, 20 * USDC, **t22_program,
+        extra=extra(source, dest, delegate, 10 * USDC),
+    )  # fmt: skip
+    out[f"{label}: subscribe with allowance CU"] = chain.send_ok([ix], [metered]).compute_units
+    ix = instructions.deduct_allowance(
+        facilitator.pubkey(), plan, metered.pubkey(), source, mint, dest, USDC // 2,
+        **t22_program, extra=extra(source, dest, delegate, USDC // 2),
+    )  # fmt: skip
+    out[f"{label}: deduct_allowance CU"] = chain.send_ok([ix], [facilitator]).compute_units
+    chain.advance_to(chain.unix_timestamp() + period)
+    ix = instructions.collect(
+        plan, metered.pubkey(), source, mint, dest, has_allowance=True, **t22_program,
+        extra=extra(source, dest, delegate, 10 * USDC),
+    )  # fmt: skip
+    out[f"{label}: collect with allowance CU"] = chain.send_ok([ix], [facilitator]).compute_units
+    payer = chain.fund(keypair(f"{tag}-session-payer"))
+    payer_token = chain.token_account(
+        payer.pubkey(), mint, 100 * USDC, program_id=TOKEN_2022_PROGRAM
+    )
+    session = pda.session_address(payer.pubkey(), 1)
+    ix = sessions.open_session(
+        payer.pubkey(), 1, signer=payer.pubkey(), mint=mint, payer_token=payer_token,
+        recipient=dest, deposit=10 * USDC, price=1_000, expires_at=chain.unix_timestamp() + DAY,
+        dispute_secs=3_600, token_program=TOKEN_2022_PROGRAM,
+        extra=extra(payer_token, pda.vault_address(session), payer.pubkey(), 10 * USDC),
+    )  # fmt: skip
+    out[f"{label}: open_session CU"] = chain.send_ok([ix], [payer]).compute_units
     return out
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from svcpay.program import pda
 from svcpay.program.generated.accounts.plan import Plan
 from svcpay.program.generated.types.plan_status import Deprecated
+from svcpay.protocol.programs import TOKEN_PROGRAM
 from tests.cli.conftest import Cli, keyfile
 from tests.support.billing import DAY, USDC
 from tests.support.chain import Chain
@@ -31,6 +32,8 @@ def test_create_show_list_and_deprecate(cli: Cli, chain: Chain, tmp_path: Path) 
     assert created["plan"] == str(address) and created["planId"] == 7
     assert (created["amount"], created["amountDecimal"]) == (9_990_000, "9.99")
     assert (created["status"], created["periodSecs"]) == ("Active", 30 * DAY)
+    # create also says which token program the mint is on, and what its extensions mean
+    assert (created.pop("tokenProgram"), created.pop("warnings")) == (str(TOKEN_PROGRAM), [])
 
     assert cli.ok("plan", "show", str(address)) == created
     by_number = cli.ok("plan", "show", "7", "--authority", str(provider.pubkey()))

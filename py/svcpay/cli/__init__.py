@@ -4,7 +4,7 @@
     svcpay program deploy|upgrade|show   put the svc_billing program on a cluster
     svcpay keys create|show|airdrop      keypair files (Solana CLI format)
     svcpay token create-mint|mint|account|balance
-                                         SPL tokens to test with
+                                         tokens to test with (SPL Token or Token-2022)
     svcpay plan create|list|show|deprecate
     svcpay subscribe PLAN                subscribe (first period charged at once)
     svcpay subscription show|pause|resume|cancel SUB

@@ -29,11 +29,12 @@ from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
-from spl.token.constants import TOKEN_PROGRAM_ID
 
 from svcpay.amounts import U64_MAX, format_amount, to_base_units
 from svcpay.keys import KeypairFileError, load_keypair
 from svcpay.program.client import BillingClient, TransactionError
+from svcpay.protocol.programs import TOKEN_2022_PROGRAM, TOKEN_PROGRAM
+from svcpay.protocol.token2022 import MintInfo, TokenAccountInfo, mint_info, token_account_info
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the operation failed: a program, transaction, RPC or HTTP error
@@ -317,6 +318,37 @@ def amount_arg(text: str) -> Amount:
     return Amount(text)
 
 
+def zero_or_amount_arg(text: str) -> Amount:
+    """Like `amount_arg`, zero allowed (`0`, `0u`): a cap that may be nothing, such as a
+    transfer fee's maximum."""
+    cleaned = text.strip().replace("_", "")
+    match = _BASE_UNITS.match(cleaned)
+    if match and int(match.group(1)) == 0:
+        return Amount(cleaned, 0)
+    try:
+        if Decimal(cleaned) == 0:
+            return Amount(cleaned, 0)
+    except InvalidOperation:
+        pass
+    return amount_arg(text)
+
+
+MAX_BASIS_POINTS = 10_000
+
+
+def basis_points_arg(text: str) -> int:
+    """A share in basis points: 0 to 10000 (100%)."""
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of basis points: {text!r}") from None
+    if not 0 <= value <= MAX_BASIS_POINTS:
+        raise argparse.ArgumentTypeError(
+            f"basis points must lie between 0 and {MAX_BASIS_POINTS} (100%): {text!r}"
+        )
+    return value
+
+
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 _DURATION = re.compile(r"(\d+)([smhdw])")
 
@@ -422,15 +454,40 @@ async def send(action: Callable[[], Awaitable[T]]) -> T:
     return await action()
 
 
-async def mint_decimals(rpc: AsyncClient, mint: Pubkey) -> int:
-    """The decimals of SPL Token mint `mint`; NotFound unless it is one."""
-    info = (await rpc.get_account_info(mint, Confirmed)).value
+TOKEN_PROGRAM_NAMES = {TOKEN_PROGRAM: "SPL Token", TOKEN_2022_PROGRAM: "Token-2022"}
+
+
+def token_program_name(program: Pubkey) -> str:
+    """`SPL Token` or `Token-2022` (the address of any other program)."""
+    return TOKEN_PROGRAM_NAMES.get(program, str(program))
+
+
+async def fetch_mint_info(rpc: AsyncClient, address: Pubkey, what: str = "mint") -> MintInfo:
+    """The mint at `address`, of SPL Token or Token-2022 (its owner says which), with its
+    extensions; NotFound when there is no account, or it is not a mint (a token account,
+    a wallet)."""
+    info = (await rpc.get_account_info(address, Confirmed)).value
     if info is None:
-        raise NotFound(f"mint {mint} not found on this cluster: check the address and --url")
+        raise NotFound(f"{what} {address} not found on this cluster: check the address and --url")
     data = bytes(info.data)
-    if info.owner != TOKEN_PROGRAM_ID or len(data) != MINT_SIZE:
-        raise NotFound(f"{mint} is not an SPL Token mint: pass the token's mint address")
-    return data[44]
+    try:
+        return mint_info(info.owner, data)
+    except ValueError:
+        pass
+    try:
+        token_account_info(info.owner, data)
+        kind = "a token account"
+    except ValueError:
+        kind = "an account"
+    raise NotFound(
+        f"{address} is {kind}, not an SPL Token mint or a Token-2022 mint: pass the token's "
+        f"mint address"
+    )
+
+
+async def mint_decimals(rpc: AsyncClient, mint: Pubkey) -> int:
+    """The decimals of `mint` (SPL Token or Token-2022); NotFound unless it is a mint."""
+    return (await fetch_mint_info(rpc, mint)).decimals
 
 
 @dataclass(frozen=True)
@@ -439,25 +496,37 @@ class TokenAccount:
     mint: Pubkey
     owner: Pubkey
     amount: int
+    program: Pubkey = TOKEN_PROGRAM
+    info: TokenAccountInfo | None = None  # with its state and extensions
 
 
 async def fetch_token_account(
     rpc: AsyncClient, address: Pubkey, what: str = "token account"
 ) -> TokenAccount | None:
-    """The SPL token account at `address`, None when there is no account; NotFound when the
-    account is something else (a mint, a wallet)."""
+    """The token account (SPL Token or Token-2022) at `address`, None when there is no
+    account; NotFound when the account is something else (a mint, a wallet)."""
     info = (await rpc.get_account_info(address, Confirmed)).value
     if info is None:
         return None
     data = bytes(info.data)
-    if info.owner != TOKEN_PROGRAM_ID or len(data) != TOKEN_ACCOUNT_SIZE:
-        kind = "a mint" if len(data) == MINT_SIZE else "not an SPL token account"
-        raise NotFound(f"{what} {address} is {kind}: pass a token account (`svcpay token account`)")
+    try:
+        account = token_account_info(info.owner, data)
+    except ValueError:
+        try:
+            mint_info(info.owner, data)
+            kind = "a mint"
+        except ValueError:
+            kind = "not a token account (of SPL Token or Token-2022)"
+        raise NotFound(
+            f"{what} {address} is {kind}: pass a token account (`svcpay token account`)"
+        ) from None
     return TokenAccount(
         address,
-        mint=Pubkey.from_bytes(data[0:32]),
-        owner=Pubkey.from_bytes(data[32:64]),
-        amount=int.from_bytes(data[64:72], "little"),
+        mint=account.mint,
+        owner=account.owner,
+        amount=account.amount,
+        program=account.program,
+        info=account,
     )
 
 

@@ -38,6 +38,8 @@ HINTS = {
     "AlreadySubscribed": "use the live subscription (`svcpay subscription show`)",
     "WrongDelegate": "pass the subscriber's delegate PDA",
     "DuplicateAccount": "pass two different token accounts",
+    "MintNonTransferable": "price the plan in a transferable mint (USDC, PYUSD, USDG)",
+    "UnsupportedMintExtension": "price the plan in a mint without it",
 }
 
 

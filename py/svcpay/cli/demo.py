@@ -16,7 +16,7 @@ from pathlib import Path
 
 from svcpay import demo
 from svcpay.cli._common import Subparsers, UsageError, command
-from svcpay.demo import DEFAULT_OUT
+from svcpay.demo import DEFAULT_OUT, TOKEN_2022_HELP
 
 NAME = "demo"
 
@@ -24,11 +24,12 @@ NAME = "demo"
 def handle(args: argparse.Namespace) -> int:
     if args.out.exists() and not args.out.is_dir():
         raise UsageError(f"--out {args.out} is a file: give a directory for the chart")
+    options = {"token_2022": True} if args.token_2022 else {}  # only what was asked
     if not args.json:
-        return demo.run(args.out)
+        return demo.run(args.out, **options)
     # The walkthrough's narration goes to stderr; stdout carries one JSON object.
     with contextlib.redirect_stdout(sys.stderr):
-        code = demo.run(args.out)
+        code = demo.run(args.out, **options)
     chart = args.out / "analytics.png"
     data = {"ok": code == 0, "exitCode": code, "chart": str(chart) if chart.exists() else None}
     print(json.dumps(data))
@@ -55,6 +56,7 @@ def register(subparsers: Subparsers) -> None:
         metavar="DIR",
         help=f"where the analytics chart is written (default: {DEFAULT_OUT})",
     )
+    p.add_argument("--token-2022", action="store_true", help=TOKEN_2022_HELP)
     p.add_argument(
         "--json",
         action="store_true",

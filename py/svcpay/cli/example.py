@@ -2,8 +2,9 @@
 configuration as flags, so a newcomer sells an API with `svcpay` commands only.
 
 The flags mirror the module's SVCPAY_* variables: --pay-to, --mint, --plan (and
---metered-plan, default --plan), --facilitator, -k (the metered plan's billing authority)
-and -u (the RPC node); the facilitator's key is read from its `GET /supported`.
+--metered-plan, default --plan; --plan-mint when the plans are in another token),
+--facilitator, -k (the metered plan's billing authority) and -u (the RPC node); the
+facilitator's key is read from its `GET /supported`.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def serve(args: argparse.Namespace) -> int:
         network=args.network,
         state_db=args.state_db,
         x402=not args.no_x402,
+        plan_mint=str(args.plan_mint) if args.plan_mint else None,
     )
     try:
         app = example.create_app(settings)
@@ -100,6 +102,13 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--mint", type=pubkey_arg, required=True, help="the token (6 decimals)")
     p.add_argument(
         "--plan", type=pubkey_arg, required=True, help="the plan that opens GET /v1/resource"
+    )
+    p.add_argument(
+        "--plan-mint",
+        type=pubkey_arg,
+        metavar="MINT",
+        help="the token the plans are priced in, when not --mint (e.g. PYUSD plans beside "
+        "one-time payments in USDC)",
     )
     p.add_argument(
         "--metered-plan",

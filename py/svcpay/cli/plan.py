@@ -15,29 +15,36 @@ from svcpay.cli._common import (
     CliError,
     NotFound,
     Subparsers,
+    TokenAccount,
     amount_arg,
     billing_client,
+    check_token_account,
     command,
     emit,
+    fetch_mint_info,
     format_duration,
     format_time,
     format_units,
     load_signer,
-    mint_decimals,
     parse_duration,
     period_arg,
     pubkey_arg,
-    require_token_account,
     run,
     send,
+    stderr,
     subcommands,
     table,
+    token_program_name,
     u64_arg,
 )
+from svcpay.cli.token import extension_name
 from svcpay.program import pda
 from svcpay.program.borsh import AccountInvalidDiscriminator
 from svcpay.program.client import BillingClient
+from svcpay.program.errors import ProgramError, error_class
 from svcpay.program.generated.accounts.plan import Plan
+from svcpay.protocol.token2022 import ExtensionType as ET
+from svcpay.protocol.token2022 import MintInfo
 
 PLAN_HELP = "the plan's address (its planId), or its number among --authority's plans"
 
@@ -96,7 +103,9 @@ def plan_json(address: Pubkey, plan: Plan) -> dict[str, Any]:
     }
 
 
-def plan_lines(address: Pubkey, plan: Plan) -> list[str]:
+def plan_lines(address: Pubkey, plan: Plan, token_program: Pubkey | None = None) -> list[str]:
+    """A plan's terms and counters (with its mint's token program where it was read)."""
+    program = [("token program", token_program_name(token_program))] if token_program else []
     price = format_units(plan.amount, plan.decimals)
     collected = format_units(plan.total_collected, plan.decimals)
     return table(
@@ -107,6 +116,7 @@ def plan_lines(address: Pubkey, plan: Plan) -> list[str]:
             ("price", f"{price} every {format_duration(plan.period_secs)} "
                       f"({plan.amount} base units)"),
             ("mint", f"{plan.mint} ({plan.decimals} decimals)"),
+            *program,
             ("grace", format_duration(plan.grace_secs)),
             ("destination", plan.destination),
             ("billing authority", plan.billing_authority),
@@ -125,10 +135,10 @@ def create(args: argparse.Namespace) -> int:
 
 async def _create(args: argparse.Namespace, authority: Keypair) -> int:
     async with billing_client(args) as billing:
-        decimals = await mint_decimals(billing.rpc, args.mint)
-        amount = args.amount.to_base(decimals)
-        await require_token_account(
-            billing.rpc, args.destination, "--destination token account", mint=args.mint
+        mint = await fetch_mint_info(billing.rpc, args.mint)
+        amount = args.amount.to_base(mint.decimals)
+        destination = await check_token_account(
+            billing.rpc, args.destination, what="--destination token account", mint=args.mint
         )
         address = pda.plan_address(authority.pubkey(), args.plan_id)
         if (await billing.rpc.get_account_info(address, Confirmed)).value is not None:
@@ -136,6 +146,14 @@ async def _create(args: argparse.Namespace, authority: Keypair) -> int:
                 f"plan number {args.plan_id} of {authority.pubkey()} already exists at "
                 f"{address}: pick another --plan-id"
             )
+        refuse_what_the_program_refuses(mint, destination)
+        epoch = 0  # a fee's schedule depends on the epoch
+        if mint.has(ET.TRANSFER_FEE_CONFIG):
+            epoch = (await billing.rpc.get_epoch_info(Confirmed)).value.epoch
+        warnings = mint_warnings(mint, amount, epoch)
+        if not args.json:  # with --json they are in the answer
+            for warning in warnings:
+                stderr(f"svcpay: warning: {warning['message']}")
         await send(
             lambda: billing.create_plan(
                 authority,
@@ -149,8 +167,109 @@ async def _create(args: argparse.Namespace, authority: Keypair) -> int:
             )
         )
         plan = await fetch_plan(billing, address)
-    emit(args, plan_json(address, plan), [f"created plan {address}", *plan_lines(address, plan)])
+    data = {**plan_json(address, plan), "tokenProgram": str(mint.program), "warnings": warnings}
+    emit(args, data, [f"created plan {address}", *plan_lines(address, plan, mint.program)])
     return 0
+
+
+# -- what a mint's extensions mean for a plan (docs/adr/0030) ----------------------------------
+def refuse_what_the_program_refuses(mint: MintInfo, destination: TokenAccount) -> None:
+    """Raises, before anything is sent, what create_plan would fail with, in the program's
+    own words: a non-transferable mint, an extension newer than the program knows, a
+    destination that requires memos or is frozen."""
+    if mint.non_transferable:
+        raise _program_error("MintNonTransferable")
+    if mint.unknown_extensions:
+        types = ", ".join(str(n) for n in mint.unknown_extensions)
+        raise _program_error("UnsupportedMintExtension", f" (extension type {types})")
+    account = destination.info
+    if account is not None and account.memo_required:
+        raise _program_error("DestinationRequiresMemo")
+    if account is not None and account.frozen:
+        thaw = (
+            f"{mint.freeze_authority}" if mint.freeze_authority else "nobody (no freeze authority)"
+        )
+        raise CliError(
+            f"--destination token account {destination.address} is frozen, and the program "
+            f"refuses a frozen destination: only the mint's freeze authority, {thaw}, can "
+            f"thaw it"
+        )
+
+
+def _program_error(name: str, detail: str = "") -> ProgramError:
+    cls = error_class(name)
+    return cls((cls.__doc__ or name) + detail)
+
+
+def mint_warnings(mint: MintInfo, amount: int, epoch: int) -> list[dict[str, str]]:
+    """One warning for each of the mint's extensions that changes what a payment in it
+    means ({"extension", "message"}), for a plan priced at `amount` base units."""
+    found: list[dict[str, str]] = []
+
+    def warn(kind: ET, message: str) -> None:
+        found.append({"extension": extension_name(kind), "message": message})
+
+    def units(value: int) -> str:
+        return format_units(value, mint.decimals)
+
+    fees = mint.fee_config
+    if fees is not None:
+        now = fees.schedule(epoch)
+        fee = now.fee(amount)
+        text = (
+            f"transfer fee: the provider receives the price less the fee, {now.basis_points} "
+            f"bps up to {units(now.maximum_fee)} (on this price, {units(amount)}: "
+            f"{units(fee)} withheld, {units(amount - fee)} received)"
+        )
+        if fees.newer != now:
+            later = fees.newer
+            text += (
+                f"; from epoch {later.epoch}: {later.basis_points} bps up to "
+                f"{units(later.maximum_fee)}"
+            )
+        if fees.config_authority is not None:
+            text += f"; {fees.config_authority} can change it"
+        warn(ET.TRANSFER_FEE_CONFIG, text)
+    if mint.hook_program is not None:
+        warn(
+            ET.TRANSFER_HOOK,
+            f"transfer hook: transfers call program {mint.hook_program}, which can refuse a "
+            f"renewal (the crank reports it: subscription.renewal_failed, TransferRefused)",
+        )
+    if mint.permanent_delegate is not None:
+        warn(
+            ET.PERMANENT_DELEGATE,
+            f"permanent delegate: {mint.permanent_delegate} can move any holder's tokens, "
+            f"the subscribers' and the destination's included",
+        )
+    pausable = mint.pausable
+    if pausable is not None:
+        text = (
+            f"pausable: {pausable.authority or 'its pause authority'} can pause the mint; "
+            f"renewals go past due while it is paused (MintPaused)"
+        )
+        warn(ET.PAUSABLE, text + ("; it is paused now" if pausable.paused else ""))
+    if mint.default_frozen:
+        warn(
+            ET.DEFAULT_ACCOUNT_STATE,
+            f"default-frozen accounts: new token accounts of this mint start frozen; a "
+            f"subscriber can pay only once {mint.freeze_authority or 'the freeze authority'} "
+            f"thaws its account",
+        )
+    rate = mint.interest_bearing
+    if rate is not None:
+        warn(
+            ET.INTEREST_BEARING_CONFIG,
+            f"interest-bearing ({rate.current_rate} bps a year): prices are raw base units; "
+            f"wallets show a UI amount that grows with interest",
+        )
+    if mint.has(ET.SCALED_UI_AMOUNT):
+        warn(
+            ET.SCALED_UI_AMOUNT,
+            "scaled UI amount: prices are raw base units; wallets show them times the "
+            "mint's multiplier",
+        )
+    return found
 
 
 def list_plans(args: argparse.Namespace) -> int:

@@ -135,7 +135,10 @@ async def _subscribe(args: argparse.Namespace, subscriber: Keypair) -> int:
     async with billing_client(args) as billing:
         plan = await fetch_plan(billing, args.plan)
         cap = args.allowance_cap.to_base(plan.decimals) if args.allowance_cap else None
-        source = args.token_account or get_associated_token_address(subscriber.pubkey(), plan.mint)
+        program = await billing.tokens.program(plan.mint)  # SPL Token or Token-2022
+        source = args.token_account or get_associated_token_address(
+            subscriber.pubkey(), plan.mint, program
+        )
         await require_token_account(
             billing.rpc, source, "paying token account", mint=plan.mint, owner=subscriber.pubkey()
         )

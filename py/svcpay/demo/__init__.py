@@ -8,13 +8,19 @@ import argparse
 from pathlib import Path
 
 DEFAULT_OUT = Path(".svcpay/demo")  # where the analytics chart is written
+TOKEN_2022_HELP = (
+    "price the plans (subscription, renewal, metered) in a PYUSD-like Token-2022 mint: "
+    "6 decimals, a transfer hook (the test hook, where built), a permanent delegate, a zero "
+    "transfer fee; one-time payments and the session stay in USDC"
+)
 
-__all__ = ["DEFAULT_OUT", "main", "run"]
+__all__ = ["DEFAULT_OUT", "TOKEN_2022_HELP", "main", "run"]
 
 
-def run(out_dir: Path = DEFAULT_OUT) -> int:
-    """Runs the walkthrough: 0 when every step did what it should, 1 (the reason and the
-    failing process's stderr on stderr) when one did not, 130 when interrupted."""
+def run(out_dir: Path = DEFAULT_OUT, *, token_2022: bool = False) -> int:
+    """Runs the walkthrough (with the plans in a PYUSD-like Token-2022 mint if
+    `token_2022`): 0 when every step did what it should, 1 (the reason and the failing
+    process's stderr on stderr) when one did not, 130 when interrupted."""
     from svcpay._extras import require
 
     # The resource server (FastAPI, uvicorn), the facilitator and its analytics chart.
@@ -25,7 +31,7 @@ def run(out_dir: Path = DEFAULT_OUT) -> int:
     )
     from svcpay.demo.walkthrough import run as run_walkthrough
 
-    return run_walkthrough(out_dir)
+    return run_walkthrough(out_dir, token_2022=token_2022)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,4 +47,6 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help=f"where the analytics chart is written (default: {DEFAULT_OUT})",
     )
-    return run(parser.parse_args(argv).out)
+    parser.add_argument("--token-2022", action="store_true", help=TOKEN_2022_HELP)
+    args = parser.parse_args(argv)
+    return run(args.out, token_2022=args.token_2022)

@@ -1,6 +1,11 @@
 """The walkthrough: svcpay as separate processes, and a paying client going through the
 spec's three flows against them, then a session (demo/sessions.py).
 
+With `token_2022` (`--token-2022`) the plans, so the subscription, its renewal and metered
+billing, are priced in a PYUSD-like Token-2022 mint (6 decimals, a transfer hook, a
+permanent delegate, a zero transfer fee); one-time payments and the session stay in USDC,
+which their transactions need (the demo's output says why).
+
 Processes: the local validator (svcpay's drop-in, which can move its clock), the facilitator
 (`svcpay facilitator serve`: settlement API, billing crank, webhooks, indexer, analytics; on
 SQLite) and the example resource server (`python -m svcpay.examples.resource_server`). This
@@ -33,6 +38,7 @@ from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.system_program import TransferParams, transfer
+from spl.token.constants import TOKEN_PROGRAM_ID
 from spl.token.instructions import get_associated_token_address
 
 from svcpay.amounts import format_amount, to_base_units
@@ -42,12 +48,14 @@ from svcpay.demo.children import Child, DemoFailed, run_command
 from svcpay.demo.receiver import WebhookReceiver
 from svcpay.examples.resource_server import DATA_PRICE, PROCESS_PRICE
 from svcpay.keys import save_keypair
+from svcpay.localnet import test_hook
 from svcpay.localnet.chain import Chain
 from svcpay.localnet.process import LocalnetError, ProgramBinaryMissing, localnet
 from svcpay.program import instructions, pda
 from svcpay.program.client import BillingClient, Receipt, status_name
 from svcpay.program.generated.accounts.subscription import Subscription
 from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
+from svcpay.protocol.programs import TOKEN_2022_PROGRAM
 from svcpay.schemes.x402_exact import client as x402
 from svcpay.schemes.x402_exact.wire import (
     PAYMENT_REQUIRED,
@@ -149,8 +157,27 @@ def wire(name: str) -> dict[str, list[Callable[[Any], Awaitable[None]]]]:
 
 # -- the chain as the demo sets it up ------------------------------------------------------
 @dataclass(frozen=True)
-class World:
+class PlanToken:
+    """The token the plans are priced in: the demo's USDC, or with --token-2022 a PYUSD-like
+    Token-2022 mint, its program, and the provider's account of it (the plans' destination)."""
+
     mint: Pubkey
+    symbol: str
+    program: Pubkey
+    pay_to: Pubkey
+    hooked: bool = False  # its transfers call the test hook
+
+    @property
+    def token_2022(self) -> bool:
+        return self.program == TOKEN_2022_PROGRAM
+
+    def amount(self, units: int) -> str:
+        return format_amount(units, symbol=self.symbol)
+
+
+@dataclass(frozen=True)
+class World:
+    mint: Pubkey  # USDC: one-time payments and the session
     provider: Keypair
     pay_to: Pubkey
     plan: Pubkey  # 10 USDC every 30 days: GET /v1/resource
@@ -158,6 +185,7 @@ class World:
     facilitator: Keypair
     server_authority: Keypair  # the metered plan's billing authority (the resource server)
     client: Keypair
+    plans_in: PlanToken  # USDC, or the PYUSD-like mint with --token-2022
 
 
 @dataclass(frozen=True)
@@ -166,52 +194,88 @@ class Balances:
     client_sol: int
     provider_usdc: int
     facilitator_sol: int
+    client_plan_token: int = 0  # with --token-2022: the PYUSD-like mint's balances
+    provider_plan_token: int = 0
 
 
-def set_up_chain(chain: Chain) -> World:
+def pyusd_like(chain: Chain, provider: Keypair) -> PlanToken:
+    """A mint as PYUSD is on mainnet: Token-2022, 6 decimals, a transfer hook (the test hook,
+    where the validator loaded it), a permanent delegate and a transfer fee of zero."""
+    hooked = test_hook.loaded(chain)
+    mint = test_hook.pyusd_like(chain, hook=hooked)
+    say(f"PYUSD: a PYUSD-like Token-2022 mint {mint}: 6 decimals, a transfer fee of 0 bps,")
+    say(f"   permanent delegate {chain.payer.pubkey()} (the issuer: it can move anyone's PYUSD),")
+    if hooked:
+        say(f"   transfer hook {test_hook.HOOK_PROGRAM} (svc_test_hook: it counts transfers)")
+    else:
+        say("   no transfer hook: the test hook is not built (target/deploy/svc_test_hook.so)")
+    pay_to = chain.token_account(provider.pubkey(), mint, program_id=TOKEN_2022_PROGRAM)
+    return PlanToken(mint, "PYUSD", TOKEN_2022_PROGRAM, pay_to, hooked)
+
+
+def set_up_chain(chain: Chain, token_2022: bool = False) -> World:
     step("Setup on chain")
     mint = chain.create_mint(decimals=6)
     say(f"USDC: a 6-decimal mint {mint}")
     provider, facilitator = chain.funded_keypair(), chain.funded_keypair()
     server_authority = chain.funded_keypair(10**9)
     pay_to = chain.token_account(provider.pubkey(), mint)
+    plans_in = PlanToken(mint, "USDC", TOKEN_PROGRAM_ID, pay_to)
+    if token_2022:
+        plans_in = pyusd_like(chain, provider)
     plan, metered_plan = (pda.plan_address(provider.pubkey(), n) for n in (1, 2))
     period, grace = plan_times(chain.can_time_travel)
+    token, to, program = plans_in.mint, plans_in.pay_to, plans_in.program
     created = chain.send_ok(
         [
             instructions.create_plan(
-                provider.pubkey(), 1, mint, pay_to, facilitator.pubkey(),
-                SUBSCRIPTION_PRICE, period, grace,
+                provider.pubkey(), 1, token, to, facilitator.pubkey(),
+                SUBSCRIPTION_PRICE, period, grace, token_program=program,
             ),
             instructions.create_plan(
-                provider.pubkey(), 2, mint, pay_to, server_authority.pubkey(),
-                METERED_PLAN_PRICE, period, grace,
+                provider.pubkey(), 2, token, to, server_authority.pubkey(),
+                METERED_PLAN_PRICE, period, grace, token_program=program,
             ),
         ],
         [provider],
     )  # fmt: skip
     say(f"provider {provider.pubkey()}, payTo (its USDC account) {pay_to}")
-    say(f"plan {plan}: {usdc(SUBSCRIPTION_PRICE)} every 30 days (GET /v1/resource)")
+    if plans_in.token_2022:
+        say(f"   its PYUSD account {plans_in.pay_to} receives the plans' payments")
+    price = plans_in.amount
+    say(f"plan {plan}: {price(SUBSCRIPTION_PRICE)} every 30 days (GET /v1/resource)")
     say(f"   billing authority: the facilitator's key {facilitator.pubkey()}")
     say(
-        f"plan {metered_plan}: {usdc(METERED_PLAN_PRICE)} every 30 days + "
-        f"{usdc(PROCESS_PRICE)} per POST /v1/process from an allowance"
+        f"plan {metered_plan}: {price(METERED_PLAN_PRICE)} every 30 days + "
+        f"{price(PROCESS_PRICE)} per POST /v1/process from an allowance"
     )
     say(f"   billing authority: the resource server's key {server_authority.pubkey()}")
     say(f"both plans in one transaction: {created.compute_units:,} compute units")
+    if plans_in.token_2022:
+        say("one-time payments (1, 1b, 1c) and the session (5) stay in USDC: x402's and MPP's")
+        say("   transfers carry TransferChecked's four accounts and no hook's, svcpay's proof")
+        say("   takes SPL Token, and the session client does not resolve a hook's accounts")
     client = Keypair()
     chain.token_account(client.pubkey(), mint, amount=CLIENT_FUNDS)
-    say(f"client {client.pubkey()}: {usdc(CLIENT_FUNDS)} and no SOL")
+    funds = usdc(CLIENT_FUNDS)
+    if plans_in.token_2022:
+        chain.token_account(client.pubkey(), plans_in.mint, CLIENT_FUNDS, program_id=program)
+        funds += f" and {plans_in.amount(CLIENT_FUNDS)}"
+    say(f"client {client.pubkey()}: {funds} and no SOL")
     say(f"facilitator: {sol(chain_balance(chain, facilitator.pubkey()))} (it pays the fees)")
-    return World(mint, provider, pay_to, plan, metered_plan, facilitator, server_authority, client)
+    return World(
+        mint, provider, pay_to, plan, metered_plan, facilitator, server_authority, client, plans_in
+    )
 
 
 def chain_balance(chain: Chain, address: Pubkey) -> int:
     return int(chain.rpc("getBalance", str(address), {"commitment": "confirmed"})["value"])
 
 
-def token_balance(chain: Chain, owner: Pubkey, mint: Pubkey) -> int:
-    return int(chain.token_state(get_associated_token_address(owner, mint))["amount"])
+def token_balance(
+    chain: Chain, owner: Pubkey, mint: Pubkey, program: Pubkey = TOKEN_PROGRAM_ID
+) -> int:
+    return int(chain.token_state(get_associated_token_address(owner, mint, program))["amount"])
 
 
 # -- the processes ---------------------------------------------------------------------------
@@ -257,6 +321,8 @@ def start_services(
         "provider", "create", "demo-provider", "--plan", str(world.plan),
         "--plan", str(world.metered_plan), "--pay-to", str(world.pay_to), "--json",
     ]  # fmt: skip
+    if world.plans_in.token_2022:  # the provider's PYUSD account is its too
+        create[-1:] = ["--pay-to", str(world.plans_in.pay_to), "--json"]
     say(f"$ svcpay facilitator {' '.join(create[:3])} --plan … --plan … --pay-to … --json")
     created = json.loads(run_command("svcpay facilitator provider create", [*cli, *create],
                                      facilitator_env))  # fmt: skip
@@ -284,6 +350,8 @@ def start_services(
             "SVCPAY_FACILITATOR_API_KEY": api_key,  # it reports session vouchers
         }
     )
+    if world.plans_in.token_2022:  # the plans are in PYUSD, one-time payments in USDC
+        server_env["SVCPAY_PLAN_MINT"] = str(world.plans_in.mint)
     say("$ python -m svcpay.examples.resource_server --port 0")
     server = Child(
         "resource server",
@@ -355,12 +423,25 @@ class Walkthrough:
 
     def balances(self) -> Balances:
         w, chain = self.world, self.chain
+        plans_in = w.plans_in
+        in_plan_token = (0, 0)
+        if plans_in.token_2022:
+            in_plan_token = (
+                token_balance(chain, w.client.pubkey(), plans_in.mint, plans_in.program),
+                int(chain.token_state(plans_in.pay_to)["amount"]),
+            )
         return Balances(
             client_usdc=token_balance(chain, w.client.pubkey(), w.mint),
             client_sol=chain_balance(chain, w.client.pubkey()),
             provider_usdc=int(chain.token_state(w.pay_to)["amount"]),
             facilitator_sol=chain_balance(chain, w.facilitator.pubkey()),
+            client_plan_token=in_plan_token[0],
+            provider_plan_token=in_plan_token[1],
         )
+
+    def plan_amount(self, units: int) -> str:
+        """An amount of the plans' token (USDC, or PYUSD with --token-2022)."""
+        return self.world.plans_in.amount(units)
 
     def show_balances(self, before: Balances, after: Balances) -> None:
         say("on chain:")
@@ -368,6 +449,13 @@ class Walkthrough:
             ("client", usdc(before.client_usdc), usdc(after.client_usdc), ""),
             ("provider (payTo)", usdc(before.provider_usdc), usdc(after.provider_usdc), ""),
         ]
+        if self.world.plans_in.token_2022:
+            pyusd = self.plan_amount
+            rows += [
+                ("client", pyusd(before.client_plan_token), pyusd(after.client_plan_token), ""),
+                ("provider (plans)", pyusd(before.provider_plan_token),
+                 pyusd(after.provider_plan_token), ""),
+            ]  # fmt: skip
         for who, lamports_was, lamports_now in (
             ("client", before.client_sol, after.client_sol),
             ("facilitator", before.facilitator_sol, after.facilitator_sol),
@@ -389,15 +477,25 @@ class Walkthrough:
         say(
             f"{label}: {status_name(sub)}, period {when(sub.current_period_start)} → "
             f"{when(sub.current_period_end)}, cycles billed {sub.cycles_billed}, "
-            f"paid {usdc(sub.total_paid)}"
+            f"paid {self.plan_amount(sub.total_paid)}"
         )
 
     async def webhooks(self, expected: list[str], timeout: float = 15.0) -> None:
         """Waits (bounded) for the `expected` webhook types, then prints what arrived."""
         arrived = await asyncio.to_thread(self.receiver.wait_for, expected, timeout)
         for event in self.receiver.new_events():
-            amount = event["data"].get("amount")
-            extra = f", amount {usdc(int(amount))}" if amount is not None else ""
+            data = event["data"]
+            # Plans' events are in the plans' token (PYUSD with --token-2022), the rest USDC.
+            in_plan_token = str(event["type"]).startswith(("subscription.", "allowance."))
+            money = self.plan_amount if in_plan_token else usdc
+            amount = data.get("amount")
+            extra = f", amount {money(int(amount))}" if amount is not None else ""
+            if (
+                amount is not None
+                and data.get("fee") is not None
+                and self.world.plans_in.token_2022
+            ):
+                extra += f", fee {money(int(data['fee']))}"
             say(f"⇠ webhook {event['type']} ({event['id']}{extra}): signature verified")
         missing = sorted(set(expected) - set(self.receiver.types()))
         expect(arrived, f"no {', '.join(missing)} webhook arrived within {timeout:.0f} s")
@@ -500,13 +598,18 @@ class Walkthrough:
 
     async def subscription(self) -> Pubkey:
         w = self.world
-        step(f"2. Subscription: GET /v1/resource ({usdc(SUBSCRIPTION_PRICE)} every 30 days)")
+        price = self.plan_amount(SUBSCRIPTION_PRICE)
+        step(f"2. Subscription: GET /v1/resource ({price} every 30 days)")
         unpaid = await self.api.get("/v1/resource")
         expect(unpaid.status_code == 402, f"unpaid GET /v1/resource: {unpaid.status_code}")
         option = unpaid.json()["accepts"][0]
         say("402 without X-Svc-Sub; the option it lists:")
         show_json(option)
         expect(option.get("svc", {}).get("planId") == str(w.plan), "the 402 names another plan")
+        expect(option.get("token") == str(w.plans_in.mint), "the 402 names another token")
+        if w.plans_in.token_2022:
+            say(f"the plan's option names its own token, {w.plans_in.symbol}, and destination;")
+            say("/v1/data's one-time options name USDC and payTo")
         self.chain.send_ok(
             [transfer(TransferParams(from_pubkey=self.chain.payer.pubkey(),
                                      to_pubkey=w.client.pubkey(), lamports=CLIENT_SOL))],
@@ -550,8 +653,9 @@ class Walkthrough:
         self.show_subscription(sub, "  before")
         self.show_subscription(after, "  after ")
         charged = after.total_paid - sub.total_paid
-        say(f"charged {usdc(charged)} for the period ending {when(after.current_period_end)}")
-        expect(charged == SUBSCRIPTION_PRICE, f"the renewal charged {usdc(charged)}")
+        amount = self.plan_amount(charged)
+        say(f"charged {amount} for the period ending {when(after.current_period_end)}")
+        expect(charged == SUBSCRIPTION_PRICE, f"the renewal charged {amount}")
         self.show_balances(before, self.balances())
         served = await self.api.get("/v1/resource", headers={X_SVC_SUB: str(sub_id)})
         expect(served.status_code == 200, f"GET /v1/resource after renewal: {served.text}")
@@ -559,11 +663,12 @@ class Walkthrough:
 
     async def metered(self) -> None:
         w = self.world
-        step(f"4. Metered: POST /v1/process, {usdc(PROCESS_PRICE)} per call from an allowance")
+        per_call = self.plan_amount(PROCESS_PRICE)
+        step(f"4. Metered: POST /v1/process, {per_call} per call from an allowance")
         sub_id = await self.billing.subscribe(w.metered_plan, w.client, max_overage=MAX_OVERAGE)
         say(
             f"the client subscribes to plan {w.metered_plan} with maxOverage "
-            f"{usdc(MAX_OVERAGE)} → subscription {sub_id}"
+            f"{self.plan_amount(MAX_OVERAGE)} → subscription {sub_id}"
         )
         await self.show_allowance(sub_id)
         before = self.balances()
@@ -584,7 +689,8 @@ class Walkthrough:
             say(f"  call {call}: {json.dumps(reply.json())}")
         expect(exhausted_at > 0, "the allowance was never exhausted")
         cap = await self.billing.increase_allowance(sub_id, RAISE_BY, w.client)
-        say(f"the client raises its cap by {usdc(RAISE_BY)} on chain: {self.units(cap)}")
+        raised = self.plan_amount(RAISE_BY)
+        say(f"the client raises its cap by {raised} on chain: {self.units(cap)}")
         await self.show_allowance(sub_id)
         # The gate reads the new cap once its cached view of the subscription lapses.
         await asyncio.sleep(max(0.0, exhausted_at + GATE_CACHE_SECS + 0.1 - time.monotonic()))
@@ -611,12 +717,18 @@ class Walkthrough:
         await self.show_allowance(sub_id)
         self.show_balances(before, self.balances())
         await self.webhooks(["allowance.deducted", "allowance.raised"])
+        if w.plans_in.hooked:
+            seen = test_hook.transfers(self.chain, w.plans_in.mint)
+            say(f"the transfer hook ran in each of the {seen} PYUSD payments so far (its counter")
+            say("   on chain): subscribe, the crank's renewal and the resource server's deduction")
+            say("   each resolved the hook's extra accounts and passed them through svc_billing")
 
     async def show_allowance(self, sub_id: Pubkey) -> None:
         allowance = await self.billing.fetch_allowance(sub_id)
         expect(allowance is not None, f"subscription {sub_id} has no allowance")
         assert allowance is not None
-        say(f"  allowance on chain: used {usdc(allowance.used)} of cap {usdc(allowance.cap)}")
+        used, cap = self.plan_amount(allowance.used), self.plan_amount(allowance.cap)
+        say(f"  allowance on chain: used {used} of cap {cap}")
 
     def units(self, receipt: Receipt) -> str:
         return f"{receipt.compute_units:,} compute units"
@@ -672,17 +784,21 @@ class Walkthrough:
         expect(reply.status_code == 200, f"GET /v1/analytics: {reply.status_code} {reply.text}")
         data = reply.json()
         totals = data["totals"]
+        mixed = self.world.plans_in.token_2022  # PYUSD plans, USDC one-time and session
+        volume = int(totals["volume"])
         say(
-            f"volume {usdc(int(totals['volume']))} in {totals['payments']} payments, "
-            f"{data['from']} to {data['to']}:"
+            f"volume {format_amount(volume, symbol='') if mixed else usdc(volume)} in "
+            f"{totals['payments']} payments, {data['from']} to {data['to']}"
+            + (" (base units of both tokens, 6 decimals each):" if mixed else ":")
         )
         for mode, figures in totals["byMode"].items():
-            say(f"  {mode:<13} {usdc(int(figures['volume'])):>12}  ({figures['payments']})")
+            money = usdc if mode in ("oneTime", "session") else self.plan_amount
+            say(f"  {mode:<13} {money(int(figures['volume'])):>12}  ({figures['payments']})")
         subs = data["subscriptions"]
         say(
             f"subscriptions: {subs['active']} active, {subs['new']} new, "
             f"{subs['churned']} churned; recurring revenue "
-            f"{usdc(int(data['recurringRevenue']['monthly']))} per 30 days"
+            f"{self.plan_amount(int(data['recurringRevenue']['monthly']))} per 30 days"
         )
         chart = await self.provider_api.get("/v1/analytics/chart.png", params=params)
         expect(
@@ -700,8 +816,9 @@ class Demo:
     """One run. `children`, `validator_url` and `tmp` stay readable afterwards (tests check
     that nothing is left behind)."""
 
-    def __init__(self, out_dir: Path) -> None:
+    def __init__(self, out_dir: Path, token_2022: bool = False) -> None:
         self.out_dir = out_dir
+        self.token_2022 = token_2022  # the plans in a PYUSD-like Token-2022 mint
         self.children: list[Child] = []
         self.validator_url: str | None = None
         self.tmp: Path | None = None
@@ -709,6 +826,8 @@ class Demo:
     def run(self, stack: ExitStack) -> None:
         began = time.monotonic()
         print("svcpay demo: the product as separate processes, a paying client, the spec's flows")
+        if self.token_2022:
+            print("(--token-2022: the plans are priced in a PYUSD-like Token-2022 mint)")
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="svcpay-demo-")))
         self.tmp = tmp
         # $SVCPAY_VALIDATOR picks it (scripts/demo --validator); the drop-in by default.
@@ -718,7 +837,7 @@ class Demo:
         say(f"local validator ({node.kind}) at {node.url}{version}")
         chain = Chain(node.url, node.can_time_travel)
         wall_start = min(int(time.time()), chain.unix_timestamp())
-        world = set_up_chain(chain)
+        world = set_up_chain(chain, self.token_2022)
         services = start_services(stack, tmp, node.url, world, self.children)
         receiver = WebhookReceiver().start()
         stack.callback(receiver.close)
@@ -779,11 +898,12 @@ def uninterrupted() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous[1])
 
 
-def run(out_dir: Path = DEFAULT_OUT, demo: Demo | None = None) -> int:
-    """Runs the walkthrough (`demo`, or a new one writing to `out_dir`): 0 when every step
-    did what it should, 1 (the reason and the failing process's stderr on stderr) when one
-    did not, 130 when interrupted."""
-    demo = demo or Demo(out_dir)
+def run(out_dir: Path = DEFAULT_OUT, demo: Demo | None = None, token_2022: bool = False) -> int:
+    """Runs the walkthrough (`demo`, or a new one writing to `out_dir`, with the plans in a
+    PYUSD-like Token-2022 mint if `token_2022`): 0 when every step did what it should, 1
+    (the reason and the failing process's stderr on stderr) when one did not, 130 when
+    interrupted."""
+    demo = demo or Demo(out_dir, token_2022)
     stack = ExitStack()
     code = 1
     with signals_for_cleanup():

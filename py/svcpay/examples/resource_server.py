@@ -20,6 +20,10 @@ when it is ready. Configuration comes from the environment:
                                (`facilitatorKey`). Proofs are then verified offline.
     SVCPAY_PAY_TO              the token account one-time payments go to
     SVCPAY_MINT                the token (a 6-decimal mint such as USDC)
+    SVCPAY_PLAN_MINT           optional: the token the plans are priced in, when not
+                               SVCPAY_MINT (say PYUSD, a Token-2022 mint, beside one-time
+                               payments and sessions in USDC); their 402 options name it
+                               and each plan's destination
     SVCPAY_SUBSCRIPTION_PLAN   the plan that opens GET /v1/resource
     SVCPAY_METERED_PLAN        the plan whose allowance POST /v1/process draws on
     SVCPAY_BILLING_AUTHORITY   keypair file (Solana CLI format) of the metered plan's billing
@@ -108,7 +112,12 @@ REQUIRED = (
     "SVCPAY_METERED_PLAN",
     "SVCPAY_BILLING_AUTHORITY",
 )
-ADDRESSES = REQUIRED[1:5] + ("SVCPAY_FACILITATOR_KEY", "SVCPAY_OWNER", "SVCPAY_FEE_PAYER")
+ADDRESSES = REQUIRED[1:5] + (
+    "SVCPAY_FACILITATOR_KEY",
+    "SVCPAY_OWNER",
+    "SVCPAY_FEE_PAYER",
+    "SVCPAY_PLAN_MINT",
+)
 
 
 class ConfigError(ValueError):
@@ -132,6 +141,7 @@ class Settings:
     owner: str | None = None
     fee_payer: str | None = None
     facilitator_api_key: str | None = field(default=None, repr=False)
+    plan_mint: str | None = None  # the plans' token, when not `mint`
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -160,6 +170,7 @@ class Settings:
             owner=env.get("SVCPAY_OWNER") or None,
             fee_payer=env.get("SVCPAY_FEE_PAYER") or None,
             facilitator_api_key=env.get("SVCPAY_FACILITATOR_API_KEY") or None,
+            plan_mint=env.get("SVCPAY_PLAN_MINT") or None,
         )
 
 
@@ -334,21 +345,28 @@ def plan_pricing(
     billed_by: Pubkey | None = None,
 ) -> Subscription:
     """The gate's entry for a plan, with its price and period as on chain, after checking
-    that it is priced in the configured mint and (for metered use) that `billed_by` is the
-    billing authority that may deduct from its allowances."""
+    that it is priced in the configured mint (SVCPAY_PLAN_MINT, else SVCPAY_MINT) and (for
+    metered use) that `billed_by` is the billing authority that may deduct from its
+    allowances."""
     info = read_account(settings.rpc_url, _address(address, "a plan"))
     data = bytes(info.data) if info is not None and info.owner == PROGRAM_ID else b""
     if not data.startswith(Plan.discriminator):
         raise ConfigError(f"{address} is not a svc_billing plan on {settings.rpc_url}")
     plan = Plan.decode(data)
-    if str(plan.mint) != settings.mint or plan.decimals != DECIMALS:
-        raise ConfigError(f"plan {address} is not priced in {settings.mint} (6 decimals)")
+    priced_in = settings.plan_mint or settings.mint
+    if str(plan.mint) != priced_in or plan.decimals != DECIMALS:
+        raise ConfigError(f"plan {address} is not priced in {priced_in} (6 decimals)")
     if billed_by is not None and plan.billing_authority != billed_by:
         raise ConfigError(
             f"plan {address} is billed by {plan.billing_authority}, not by the keypair in "
             f"{settings.billing_authority} ({billed_by})"
         )
-    return Subscription(address, plan.amount, plan.period_secs, metered)
+    if priced_in == settings.mint:
+        return Subscription(address, plan.amount, plan.period_secs, metered)
+    # Its own token: its 402 option names it and the plan's destination, not SVCPAY_PAY_TO.
+    return Subscription(
+        address, plan.amount, plan.period_secs, metered, priced_in, str(plan.destination)
+    )
 
 
 def read_account(rpc_url: str, address: str) -> Account | None:

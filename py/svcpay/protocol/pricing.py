@@ -36,12 +36,18 @@ class OneTime:
 @dataclass(frozen=True)
 class Subscription:
     """Served to ACTIVE subscribers of `plan` (its address). With `metered`, each 2xx
-    response also deducts that many base units from the subscription's allowance."""
+    response also deducts that many base units from the subscription's allowance.
+
+    `token` and `pay_to` are the plan's mint and destination where they are not the gate's
+    `Terms` (a plan in PYUSD on a gate whose one-time payments are in USDC): what the
+    plan's 402 option and MPP challenge name."""
 
     plan: str
     amount: int  # the plan's price per period (shown to clients)
     interval: int  # the plan's period, seconds
     metered: int | None = None
+    token: str | None = None  # default: Terms.token
+    pay_to: str | None = None  # default: Terms.pay_to
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,7 @@ def build_payment_required(
     for entry in pricing:
         if isinstance(entry, Session):
             continue  # offered in `WWW-Authenticate: Payment` (MPP), not in this body
+        token, pay_to = terms.token, terms.pay_to
         if isinstance(entry, OneTime):
             amount = str(entry.amount)
             memo = memos.issue(MemoTerms(resource, amount, terms.pay_to, terms.token))
@@ -115,13 +122,14 @@ def build_payment_required(
                 facilitator=terms.facilitator,
                 interval=entry.interval,
             )
+            token, pay_to = entry.token or token, entry.pay_to or pay_to
         accepts.append(
             PaymentOption(
                 scheme=SCHEME_EXACT,
                 network=terms.network,
-                token=terms.token,
+                token=token,
                 amount=amount,
-                pay_to=terms.pay_to,
+                pay_to=pay_to,
                 memo=memo,
                 svc=svc,
             )

@@ -79,10 +79,10 @@ class SubscriptionIntent:
     def request_json(self, entry: Subscription, unit: str, count: int) -> dict[str, Any]:
         return {
             "amount": str(entry.amount),
-            "currency": self.terms.token,
+            "currency": entry.token or self.terms.token,
             "periodUnit": unit,
             "periodCount": str(count),
-            "recipient": self.terms.owner or self.terms.pay_to,
+            "recipient": entry.pay_to or self.terms.owner or self.terms.pay_to,
             "methodDetails": {
                 "network": NETWORKS.get(self.terms.network, "localnet"),
                 "planId": entry.plan,

@@ -136,8 +136,9 @@ async def test_a_refusing_hook_fails_the_renewal_the_crank_reports_it_and_moves_
 
     set_refuse(chain, hooked, True)
     state = await client.fetch_subscription(sub)
-    assert state is not None
-    clock.advance_to(state.current_period_end)
+    other_state = await client.fetch_subscription(other_sub)
+    assert state is not None and other_state is not None
+    clock.advance_to(max(state.current_period_end, other_state.current_period_end))
 
     with pytest.raises(TransactionError) as refused:
         await client.collect(sub, facilitator)

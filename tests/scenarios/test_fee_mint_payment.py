@@ -24,13 +24,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from svcpay.client import PaymentAuth, SpendingLimitExceeded, settlement
-from svcpay.gate import OneTime, payment_gate
+from svcpay.client import PaymentAuth, SpendingLimitExceeded, build_payment, settlement
+from svcpay.gate import OneTime, PaymentGate, payment_gate
 from svcpay.gate.chain import ChainMints
 from svcpay.gate.pricing import Terms
 from svcpay.localnet.process import Localnet
 from svcpay.protocol import token2022 as t22
 from svcpay.protocol.memo import Memos
+from svcpay.protocol.mints import MintUnavailable
 from svcpay.protocol.models import PaymentRequired
 from svcpay.protocol.programs import TOKEN_2022_PROGRAM
 from svcpay.protocol.proof import PaymentProof
@@ -71,6 +72,7 @@ class World:
     provider_id: str
     api: httpx.AsyncClient
     handled: list[str]
+    gate: PaymentGate
 
     def auth(self, protocol: str, **limits: int) -> PaymentAuth:
         limits.setdefault("max_per_request", USDC)
@@ -141,7 +143,7 @@ async def world(
         async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
             yield World(
                 chain, mint, owner, destination, wallet, wallet_token, fac, provider_id, api,
-                handled,
+                handled, gate,
             )  # fmt: skip
 
 
@@ -259,6 +261,38 @@ async def test_x402_refuses_a_payment_netting_less_than_the_price_at_gate_and_fa
     verdict = (await world.fac.http.post("/verify", json=body)).json()
     assert (verdict["isValid"], verdict["invalidReason"]) == (False, Reason.AMOUNT_INSUFFICIENT)
     assert "4500: 295500 arrives" in verdict["invalidMessage"]
+
+
+# -- a mint the RPC node cannot read --------------------------------------------------------
+class Unreadable:
+    """A MintReader whose RPC node is away."""
+
+    async def at_epoch(self, mint: Pubkey) -> t22.MintAtEpoch:
+        raise MintUnavailable("the RPC node is unreachable (ConnectError)")
+
+
+async def test_a_mint_that_cannot_be_read_is_a_503_with_retry_after_never_a_refusal(
+    world: World,
+) -> None:
+    """Whether a fee mint's payment pays the price is the chain's to say: without it the
+    gate and the facilitator answer 503 (retry), and nothing is sent or claimed."""
+    option = PaymentRequired.parse((await world.api.get("/v1/data")).content).accepts[0]
+    world.fac.service.settler.mints = Unreadable()
+    paid = await build_payment(world.fac.rpc, world.wallet, option, world.fac.fee_payer.pubkey())
+    body = {
+        "signedPayment": base64.b64encode(paid).decode(),
+        "paymentRequirements": option.to_json_dict(),
+    }
+    reply = await world.fac.http.post("/authorize", json=body)
+    assert (reply.status_code, reply.json()["error"]) == (503, "RpcUnavailable"), reply.text
+
+    assert world.gate.core.x402 is not None and world.gate.core.charge is not None
+    world.gate.core.x402.mints = world.gate.core.charge.mints = Unreadable()
+    for protocol in ("x402", "mpp"):
+        reply = await world.api.get("/v1/data", auth=world.auth(protocol))
+        assert (reply.status_code, reply.headers.get("retry-after")) == (503, "5"), reply.text
+        assert "cannot be read" in reply.json()["message"]
+    assert world.handled == [] and world.account(world.destination).amount == 0
 
 
 # -- an SPL Token mint costs no read ------------------------------------------------------

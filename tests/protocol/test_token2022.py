@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
 from solders.instruction import AccountMeta
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
@@ -17,6 +20,7 @@ from spl.token.models import TransferCheckedParams
 from svcpay.localnet.chain import Chain
 from svcpay.localnet.process import localnet
 from svcpay.protocol import token2022 as t22
+from svcpay.protocol.mints import ChainMints, MintUnavailable
 from svcpay.protocol.programs import TOKEN_2022_PROGRAM, TOKEN_PROGRAM
 from svcpay.protocol.token2022 import ExtensionType as ET
 
@@ -676,3 +680,61 @@ def test_real_memo_requirement_on_an_account(chain: Chain) -> None:
     account = token_account(chain, address)
     assert account.memo_required
     assert ET.TRANSFER_FEE_AMOUNT in account.extensions and ET.IMMUTABLE_OWNER in account.extensions
+
+
+# -- mints read for one-time payments (svcpay.protocol.mints, docs/adr/0031) ------------------
+class CountingClient(AsyncClient):
+    """The validator's RPC, counting the calls a mint reader makes."""
+
+    calls: list[str]
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url, commitment=Confirmed)
+        self.calls = []
+
+    async def get_account_info(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append("getAccountInfo")
+        return await super().get_account_info(*args, **kwargs)
+
+    async def get_epoch_info(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append("getEpochInfo")
+        return await super().get_epoch_info(*args, **kwargs)
+
+
+@pytest.mark.anyio
+async def test_chain_mints_reads_a_mint_once_and_the_epoch_only_when_a_fee_needs_it(
+    chain: Chain,
+) -> None:
+    fee_mint, info, _ = create_mint(chain, transfer_fee=(150, 10_000))
+    plain, _, _ = create_mint(chain)
+    usdc_like = chain.create_mint()
+    epoch = int(chain.rpc("getEpochInfo")["epoch"])
+    rpc = CountingClient(chain.url)
+    mints = ChainMints(rpc)
+    try:
+        assert await mints.at_epoch(usdc_like) == t22.MintAtEpoch(TOKEN_PROGRAM)
+        assert await mints.at_epoch(plain) == t22.MintAtEpoch(TOKEN_2022_PROGRAM)
+        assert rpc.calls == ["getAccountInfo"] * 2  # no fee: the epoch does not matter
+
+        now = await mints.at_epoch(fee_mint)
+        assert now == info.at(epoch) and now.fee_for(300_000) == 4_500
+        assert rpc.calls[2:] == ["getAccountInfo", "getEpochInfo"]
+        assert await mints.at_epoch(fee_mint) is now  # cached
+        assert len(rpc.calls) == 4
+
+        with pytest.raises(ValueError, match="no mint"):
+            await mints.at_epoch(Pubkey.new_unique())
+        with pytest.raises(ValueError):
+            await mints.at_epoch(chain.payer.pubkey())  # a system account: not a mint
+    finally:
+        await rpc.close()
+
+
+@pytest.mark.anyio
+async def test_chain_mints_says_unavailable_when_the_node_cannot_be_reached() -> None:
+    rpc = AsyncClient("http://127.0.0.1:9", commitment=Confirmed)  # the discard port: refused
+    try:
+        with pytest.raises(MintUnavailable, match="unreachable"):
+            await ChainMints(rpc).at_epoch(Pubkey.new_unique())
+    finally:
+        await rpc.close()

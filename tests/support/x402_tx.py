@@ -41,6 +41,8 @@ class ExactPayment:
     destination: Pubkey | None = None  # default ATA(pay_to, mint)
     authority: Keypair | Pubkey | None = None  # default the payer
     extra: Sequence[Instruction] = field(default_factory=tuple)  # after the memo
+    program: Pubkey = TOKEN_PROGRAM_ID  # the mint's token program
+    transfer_extra: Sequence[AccountMeta] = ()  # after the transfer's four (a hook's)
 
     def but(self, **changes: object) -> ExactPayment:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -53,22 +55,30 @@ class ExactPayment:
             ixs.append(set_compute_unit_limit(self.limit))
         if self.price is not None:
             ixs.append(set_compute_unit_price(self.price))
-        ixs.append(
-            transfer_checked(
-                TransferCheckedParams(
-                    program_id=TOKEN_PROGRAM_ID,
-                    source=get_associated_token_address(owner, self.mint),
-                    mint=self.mint,
-                    dest=self.destination or get_associated_token_address(self.pay_to, self.mint),
-                    owner=owner,
-                    amount=self.amount,
-                    decimals=self.decimals,
-                )
+        transfer = transfer_checked(
+            TransferCheckedParams(
+                program_id=self.program,
+                source=self.source(),
+                mint=self.mint,
+                dest=self.destination
+                or get_associated_token_address(self.pay_to, self.mint, self.program),
+                owner=owner,
+                amount=self.amount,
+                decimals=self.decimals,
             )
         )
+        if self.transfer_extra:
+            metas = [*transfer.accounts, *self.transfer_extra]
+            transfer = Instruction(transfer.program_id, transfer.data, metas)
+        ixs.append(transfer)
         if self.memo is not None:
             ixs.append(Instruction(MEMO_PROGRAM, self.memo.encode(), []))
         return ixs + list(self.extra)
+
+    def source(self) -> Pubkey:
+        authority = self.authority if self.authority is not None else self.payer
+        owner = authority.pubkey() if isinstance(authority, Keypair) else authority
+        return get_associated_token_address(owner, self.mint, self.program)
 
     def transaction(self) -> VersionedTransaction:
         """Signed by the payer (and any other keypair that must sign), the fee payer's

@@ -29,7 +29,10 @@ when a 402 offers several one-time ways to pay it takes them in the order of `pr
 
 The schemes' client sides build the payments (`svcpay.schemes.svcpay_proof.client`,
 `svcpay.schemes.x402_exact.client`); this module chooses among the terms, keeps the limits
-and retries.
+and retries. A one-time price is what the payee receives: in a Token-2022 mint with a
+transfer fee the wallet sends more (the gross that nets the price this epoch; the mints
+are read once a minute through one `ChainMints`), and the limits count what it sends
+(docs/adr/0031).
 
 It works with `httpx.AsyncClient` and `httpx.Client` alike: the logic is one async generator
 (`_flow`); the sync flow runs its steps on a private event loop in a daemon thread.
@@ -65,6 +68,7 @@ from svcpay.protocol.errors import (
     SpendingLimitExceeded,
 )
 from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
+from svcpay.protocol.mints import ChainMints, MintUnavailable
 from svcpay.protocol.models import PaymentOption, PaymentRequired, ProtocolError
 from svcpay.schemes.mpp_charge import client as charge_client
 from svcpay.schemes.session.client import SessionOffer, Tab, Tabs, tab_key
@@ -177,8 +181,9 @@ class PaymentAuth(httpx.Auth):
         self.billing, self.retries = billing, retries
         self.networks = None if networks is None else _network_names(networks)
         self.allowed_tokens = None if allowed_tokens is None else frozenset(allowed_tokens)
-        self.x402 = x402.ExactSvmClient(owner, rpc)
-        self.charges = charge_client.ChargeClient(owner, rpc)
+        self.mints = ChainMints(rpc)  # one cache for every scheme's payments
+        self.x402 = x402.ExactSvmClient(owner, rpc, mints=self.mints)
+        self.charges = charge_client.ChargeClient(owner, rpc, self.mints)
         if unknown := [p for p in protocols if p not in PROTOCOLS]:
             raise ValueError(f"unknown protocols {unknown}: choose among {list(PROTOCOLS)}")
         self.protocols = tuple(protocols)
@@ -384,7 +389,8 @@ class PaymentAuth(httpx.Auth):
                 option = self._one_time(terms)
                 if option is None or not (self.facilitator or _named_facilitator(option)):
                     continue
-                self._reserve(option.amount_units, origin, option.token)
+                cost = await self._cost(option.token, option.amount_units)
+                self._reserve(cost, origin, option.token)
                 request.headers[X_PAYMENT] = await self._pay(option)
                 for attempt in range(self.retries + 1):
                     response = yield request
@@ -613,7 +619,18 @@ class PaymentAuth(httpx.Auth):
             return await self._pay_through(facilitator, option)
 
     async def _pay_through(self, facilitator: httpx.AsyncClient, option: PaymentOption) -> str:
-        return await proof_client.authorize(facilitator, self.rpc, self.owner, option)
+        return await proof_client.authorize(
+            facilitator, self.rpc, self.owner, option, mints=self.mints
+        )
+
+    async def _cost(self, mint: str, price: int) -> int:
+        """What paying `price` of `mint` takes from the wallet: the price, or in a
+        transfer-fee mint the gross that leaves the payee the price this epoch."""
+        try:
+            now = await self.mints.at_epoch(Pubkey.from_string(mint))
+            return now.gross_for_net(price)
+        except (MintUnavailable, ValueError) as e:
+            raise PaymentError(f"cannot pay in {mint}: {e}") from e
 
     async def _pay_x402(self, required: x402.AnyRequired, origin: str) -> tuple[str, str]:
         """The header paying `required` (x402 v2 or v1), within the limits."""
@@ -633,7 +650,11 @@ class PaymentAuth(httpx.Auth):
             )
         # The server's first choice within the per-request limit (else the first, refused).
         option = next((o for o in allowed if x402.amount_of(o) <= self.max_per_request), allowed[0])
-        entry = self._reserve(x402.amount_of(option), origin, option.asset)
+        try:
+            cost = await self.x402.cost(option)
+        except x402.CannotPay as e:
+            raise PaymentError(f"cannot pay the server's x402 terms: {e}") from e
+        entry = self._reserve(cost, origin, option.asset)
         try:
             payload = await self.x402.payload(option, required, payment_id=_payment_id())
         except x402.CannotPay as e:
@@ -651,7 +672,11 @@ class PaymentAuth(httpx.Auth):
                 f"the server asks for tokens this client may not pay in: {mints}"
             )
         offer = next((c for c in allowed if c.amount <= self.max_per_request), allowed[0])
-        entry = self._reserve(offer.amount, origin, offer.mint)
+        try:
+            cost = await self.charges.cost(offer)
+        except charge_client.CannotPay as e:
+            raise PaymentError(f"cannot pay the server's MPP charge: {e}") from e
+        entry = self._reserve(cost, origin, offer.mint)
         try:
             return await self.charges.credential(offer)
         except Exception as e:

@@ -47,6 +47,9 @@ settlements = sa.Table(
     sa.Column("settled_at", sa.BigInteger),
     # svcpay (/authorize) | x402-exact (/settle); migration 0003
     sa.Column("scheme", sa.String(16), nullable=False, server_default="svcpay"),
+    # what a transfer-fee mint withheld of `amount` (the gross) in pay_to; NULL for a mint
+    # without a transfer fee; migration 0005
+    sa.Column("fee", Amount),
 )
 
 providers = sa.Table(

@@ -5,6 +5,13 @@ The rules for `/authorize` are `svcpay.schemes.svcpay_proof.facilitator`.
 
 `Settler.settle` is the durable send-and-confirm path; x402's `/settle`
 (`svcpay.schemes.x402_exact.facilitator`) checks by its own rules and settles through it.
+
+A payment through Token-2022 is checked against its mint as it is now (`Settler.mint_now`:
+the fee schedule in force, the hook; read over RPC, cached): a transfer-fee mint's payment
+must leave payTo at least the price, and its settlement records the fee withheld, so the
+proof says what payTo received (`amount`) beside what was sent (`gross`) and withheld
+(`fee`), and payment.settled carries `amount` (gross), `fee` and `net` (docs/adr/0031).
+A payment in an SPL Token mint costs no read.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from solana.rpc.core import (
 from solana.rpc.models import TxOpts
 from solders.keypair import Keypair
 from solders.message import to_bytes_versioned
+from solders.pubkey import Pubkey
 from solders.signature import Signature
 from solders.transaction import VersionedTransaction
 
@@ -35,10 +43,12 @@ from svcpay.facilitator.outage import DATABASE, RETRY_AFTER_SECS, outage
 from svcpay.facilitator.store import Event, Store, new_id
 from svcpay.facilitator.store.settlements import INTERRUPTED
 from svcpay.program.client import BLOCKHASH_LIFETIME_SECS, BillingClient
+from svcpay.protocol.mints import ChainMints, MintReader, MintUnavailable
 from svcpay.protocol.models import PaymentOption
 from svcpay.protocol.proof import PaymentProof
 from svcpay.protocol.settlement import SCHEME_SVCPAY
-from svcpay.schemes.svcpay_proof.facilitator import check_payment, decode_payment
+from svcpay.protocol.token2022 import MintAtEpoch, names_token_2022
+from svcpay.schemes.svcpay_proof.facilitator import check_transfer, decode_payment
 
 log = logging.getLogger("svcpay.facilitator")
 # A settlement still "sending" this long after it was stored has no live request on it (a
@@ -89,27 +99,53 @@ class Settler:
         proof_ttl_secs: int = 300,
         settle_unregistered: bool = False,
         rate_limit: RateLimit | None = None,
+        mints: MintReader | None = None,
     ) -> None:
         """Unless `settle_unregistered`, only payments to a payTo account a provider
         registered are settled: the facilitator pays the fees, and would otherwise pay them
-        for anyone's transfers."""
+        for anyone's transfers. `mints` reads Token-2022 mints (default: over `rpc`)."""
         self.rpc, self.fee_payer, self.store, self.network = rpc, fee_payer, store, network
         self._chain = BillingClient(rpc)
         self.proof_ttl_secs = proof_ttl_secs
         self.settle_unregistered = settle_unregistered
         self.rate_limit = rate_limit or RateLimit(rate=5.0, burst=20)
+        self.mints: MintReader = mints if mints is not None else ChainMints(rpc)
         self._locks: dict[str, asyncio.Lock] = {}
+
+    async def mint_now(self, mint: str | Pubkey) -> MintAtEpoch:
+        """`mint` as a payment in it is judged now (its token program, the fee schedule in
+        force, its hook). SettlementError RpcUnavailable (503) when the RPC node cannot
+        say, InvalidMint (400) when it is no token mint."""
+        try:
+            address = mint if isinstance(mint, Pubkey) else Pubkey.from_string(mint)
+            return await self.mints.at_epoch(address)
+        except MintUnavailable as e:
+            raise SettlementError(
+                "RpcUnavailable",
+                f"the mint {mint} cannot be read ({e}); send the same request again in "
+                f"{RETRY_AFTER_SECS} s",
+                503,
+            ) from e
+        except ValueError as e:
+            raise SettlementError("InvalidMint", f"{mint} is not a token mint: {e}") from e
+
+    async def mint_for(self, tx: VersionedTransaction, mint: str) -> MintAtEpoch | None:
+        """`mint_now(mint)` when `tx` goes through Token-2022; None (no read) otherwise."""
+        return await self.mint_now(mint) if names_token_2022(tx) else None
 
     async def authorize(self, signed_payment: bytes, option: PaymentOption) -> PaymentProof:
         """Settles `signed_payment` for `option` and returns the signed proof."""
         tx = decode_payment(signed_payment)
-        payer = check_payment(tx, option, self.fee_payer.pubkey())
+        mint = await self.mint_for(tx, option.token)
+        paid = check_transfer(tx, option, self.fee_payer.pubkey(), mint)
+        payer = paid.payer
         await self.admit(str(payer), option.pay_to)
         record = {
             "payer": str(payer),
             "pay_to": option.pay_to,
             "token": option.token,
-            "amount": int(option.amount),
+            "amount": paid.amount,
+            "fee": paid.fee,
             "memo": option.memo or "",
         }
         row, _ = await self.settle(self.cosign(tx), record, scheme=SCHEME_SVCPAY)
@@ -211,7 +247,9 @@ class Settler:
 
         Args:
             signed: the checked, co-signed transaction.
-            record: payer, pay_to (token account), token, amount (base units), memo.
+            record: payer, pay_to (token account), token, amount (base units sent), memo,
+                and fee (what a transfer-fee mint withholds of amount; None or absent for
+                a mint without one).
             scheme: SCHEME_SVCPAY or SCHEME_X402; a row of the other scheme is returned
                 untouched (one transaction pays through one scheme).
             exclusive: a row that another live request is settling is returned untouched
@@ -321,17 +359,24 @@ class Settler:
         all the same (recovery records it once the database is back), never an error that
         reads as "not paid"."""
         now = int(time.time())
+        gross = int(row["amount"])
+        withheld = row.get("fee")
+        fee = 0 if withheld is None else int(withheld)
+        # A transfer-fee mint's proof says what payTo received, and what was sent and
+        # withheld beside it (signed extra fields: a gate checks `amount` as before).
+        extra = {} if withheld is None else {"gross": str(gross), "fee": str(fee)}
         proof = PaymentProof(
             network=row["network"],
             transaction=row["signature"],
             payer=row["payer"],
             pay_to=row["pay_to"],
             token=row["token"],
-            amount=str(int(row["amount"])),
+            amount=str(gross - fee),
             memo=row["memo"],
             issued_at=now,
             expires_at=now + self.proof_ttl_secs,
             facilitator=str(self.fee_payer.pubkey()),
+            **extra,
         ).signed_by(self.fee_payer)
         event = Event(
             id=new_id("evt"),
@@ -342,12 +387,14 @@ class Settler:
                 "payer": row["payer"],
                 "payTo": row["pay_to"],
                 "token": row["token"],
-                "amount": str(int(row["amount"])),
+                "amount": str(gross),
+                "fee": str(fee),
+                "net": str(gross - fee),
                 "memo": row["memo"],
                 "network": row["network"],
             },
             mode="one-time",
-            amount=int(row["amount"]),
+            amount=gross,
         )
         try:
             stored, won = await self.store.settlements.finish(

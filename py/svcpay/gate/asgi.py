@@ -29,6 +29,7 @@ from typing import Any
 
 from svcpay.gate.core import Admit, GateCore, Reply, Request
 from svcpay.protocol.memo import Memos
+from svcpay.protocol.mints import MintReader
 from svcpay.protocol.pricing import PricingEntry, Terms
 from svcpay.protocol.replay import ReplayStore
 from svcpay.protocol.verify import RemoteVerifier
@@ -70,6 +71,7 @@ class PaymentGate:
         x402_options: X402Options | None = None,
         schemes: Sequence[str] | None = None,
         mpp_facilitator: ChargeSettler | None = None,
+        mints: MintReader | None = None,
     ) -> None:
         """`remote` (e.g. FacilitatorVerifier) replaces the offline signature check with
         the facilitator's POST /verify; memo and replay checks stay here. `serves(scope)`
@@ -88,7 +90,10 @@ class PaymentGate:
         with `Session` (MPP's `Authorization: Payment`, docs/adr/0025; see
         `svcpay.gate.chain.session_scheme`). `schemes` turns ways to pay on by name, of
         `svcpay.gate.core.SCHEMES` ("mpp", "subscription", "x402", "svcpay"; default: all,
-        x402 when `terms.owner` is set)."""
+        x402 when `terms.owner` is set). `mints` reads `terms.token` when it is a
+        Token-2022 mint (required then for x402 and MPP charges; e.g.
+        `svcpay.gate.chain.ChainMints(AsyncClient(rpc_url))`): the gate checks a payment by
+        what the provider receives after the mint's transfer fee (docs/adr/0031)."""
         self.app = app
         self.core = GateCore(
             routes,
@@ -105,6 +110,7 @@ class PaymentGate:
             x402_options,
             schemes,
             mpp_facilitator,
+            mints,
         )
         self.routes = self.core.prefixes
         self.terms, self.memos, self.replay = terms, memos, replay

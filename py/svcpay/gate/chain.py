@@ -1,4 +1,5 @@
-"""The gate's view of subscriptions, read from the chain, and a meter that deducts usage."""
+"""The gate's view of subscriptions, read from the chain, and a meter that deducts usage;
+`ChainMints` (re-exported) reads a Token-2022 mint for the one-time checks (`mints=`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from svcpay.program.client import BillingClient, status_name
 from svcpay.program.generated.accounts.session import Session
 from svcpay.program.generated.types.session_status import Open
 from svcpay.program.session_client import Sessions
+from svcpay.protocol.mints import ChainMints
 from svcpay.protocol.mpp import ChallengeIssuer
 from svcpay.protocol.pricing import Terms
 from svcpay.rpc_errors import rpc_unreachable
@@ -26,6 +28,16 @@ from svcpay.schemes.session.server import (
     SessionsUnavailable,
 )
 from svcpay.schemes.subscription.server import SubscriptionsUnavailable
+
+__all__ = [
+    "ChainMeter",
+    "ChainMints",
+    "ChainSessions",
+    "ChainSubscriptions",
+    "SubscriptionState",
+    "read_or_unavailable",
+    "session_scheme",
+]
 
 
 @dataclass(frozen=True)

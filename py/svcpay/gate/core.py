@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from svcpay.protocol import mpp
 from svcpay.protocol.headers import MAX_HEADER_BYTES
 from svcpay.protocol.memo import Memos
+from svcpay.protocol.mints import MintReader
 from svcpay.protocol.pricing import (
     OneTime,
     PricingEntry,
@@ -35,7 +36,12 @@ from svcpay.schemes.session.server import SessionScheme
 from svcpay.schemes.subscription.server import Meter, Subscriptions, SubscriptionScheme
 from svcpay.schemes.svcpay_proof.server import ProofScheme
 from svcpay.schemes.x402_exact.idempotency import PaymentIdStore, shared_with
-from svcpay.schemes.x402_exact.server import X402Facilitator, X402Options, X402Server
+from svcpay.schemes.x402_exact.server import (
+    X402Facilitator,
+    X402Options,
+    X402Server,
+    terms_token_program,
+)
 from svcpay.schemes.x402_exact.settling import Guard
 
 __all__ = ["ADMIT", "SCHEMES", "Admit", "GateCore", "RawHeaders", "Reply", "Request", "under"]
@@ -48,7 +54,8 @@ SCHEMES = ("mpp", "subscription", "x402", "svcpay")
 @dataclass
 class GateCore:
     """The decisions of `PaymentGate` (see its arguments). `schemes` names the schemes to
-    turn on, of SCHEMES (default: all; x402 when `terms.owner` is set)."""
+    turn on, of SCHEMES (default: all; x402 when `terms.owner` is set). `mints` reads a
+    Token-2022 `terms.token` for x402 and MPP charges (docs/adr/0031)."""
 
     routes: dict[str, list[PricingEntry]]
     terms: Terms
@@ -64,6 +71,7 @@ class GateCore:
     x402_options: X402Options | None = None
     schemes: Sequence[str] | None = None
     mpp_facilitator: ChargeSettler | None = None
+    mints: MintReader | None = None
     _prefixes: list[tuple[str, list[PricingEntry]]] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -96,6 +104,7 @@ class GateCore:
                 self.x402_facilitator,
                 payment_ids=self.payment_ids,
                 options=self.x402_options,
+                mints=self.mints,
             )
         intents: list[Intent] = [self.sessions] if self.sessions is not None else []
         # One key for MPP's charge and subscription challenges, derived from the memo
@@ -120,7 +129,9 @@ class GateCore:
                 self.replay,
                 settler,
                 guard,
+                token_program=str(terms_token_program(self.terms)),
                 payment_ids=ids if ids is not None else shared_with(self.replay),
+                mints=self.mints,
             )
             intents.append(self.charge)
         if "mpp" in wanted and self.subscriptions is not None:

@@ -40,6 +40,7 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 from svcpay.gate.asgi import Meter, Scope, Subscriptions
 from svcpay.gate.core import ADMIT, Admit, GateCore, RawHeaders, Reply, Request
 from svcpay.protocol.memo import Memos
+from svcpay.protocol.mints import MintReader
 from svcpay.protocol.pricing import PricingEntry, Terms
 from svcpay.protocol.replay import ReplayStore
 from svcpay.protocol.verify import RemoteVerifier
@@ -82,12 +83,14 @@ class PaymentGateWSGI:
         x402_options: X402Options | None = None,
         schemes: Sequence[str] | None = None,
         mpp_facilitator: ChargeSettler | None = None,
+        mints: MintReader | None = None,
     ) -> None:
         """`serves(scope)`: whether `app` has a route for the request's path and method (a
         WSGI app's routes cannot be read: without it every gated request is priced). The
         scope is ASGI's shape: type, method, path (SCRIPT_NAME + PATH_INFO), root_path,
         query_string, headers, scheme. x402 (with `terms.owner`) works as in `PaymentGate`;
-        its facilitator client lives on the adapter's loop, like the other async resources."""
+        its facilitator client lives on the adapter's loop, like the other async resources
+        (and so does `mints`' RPC client)."""
         self.app = app
         self.core = GateCore(
             routes,
@@ -104,6 +107,7 @@ class PaymentGateWSGI:
             x402_options,
             schemes,
             mpp_facilitator,
+            mints,
         )
         self.serves = serves
         self._lock = threading.Lock()

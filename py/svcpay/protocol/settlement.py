@@ -10,6 +10,8 @@ from typing import Any, Protocol
 from solders.keypair import Keypair
 from solders.transaction import VersionedTransaction
 
+from svcpay.protocol.token2022 import MintAtEpoch
+
 SCHEME_SVCPAY = "svcpay"  # settled by /authorize
 SCHEME_X402 = "x402-exact"  # settled by x402's /settle
 SCHEME_MPP = "mpp-charge"  # settled or recorded by /mpp/charge/settle or /verify
@@ -46,6 +48,12 @@ class SettlementEngine(Protocol):
         ...
 
     async def simulate(self, signed: VersionedTransaction) -> None: ...
+
+    async def mint_for(self, tx: VersionedTransaction, mint: str) -> MintAtEpoch | None:
+        """`mint` as a payment in it is judged now (fee schedule in force, hook) when `tx`
+        goes through Token-2022; None, without reading anything, otherwise. SettlementError
+        503 when the RPC node cannot say, 400 when `mint` is no token mint."""
+        ...
 
     async def landed_transaction(self, signature: str) -> VersionedTransaction | None:
         """The transaction `signature` names if it succeeded and is confirmed, else None;

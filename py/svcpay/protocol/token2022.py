@@ -19,7 +19,8 @@ import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import ClassVar, TypeAlias
+from functools import lru_cache
+from typing import TYPE_CHECKING, ClassVar, TypeAlias
 
 from solders.instruction import AccountMeta, Instruction
 from solders.pubkey import Pubkey
@@ -27,6 +28,9 @@ from solders.system_program import ID as SYSTEM_PROGRAM
 from solders.system_program import CreateAccountParams, create_account
 
 from svcpay.protocol.programs import TOKEN_2022_PROGRAM, TOKEN_PROGRAM, TOKEN_PROGRAMS
+
+if TYPE_CHECKING:
+    from solders.transaction import VersionedTransaction
 
 MINT_LEN = 82
 ACCOUNT_LEN = 165
@@ -455,6 +459,12 @@ class MintInfo:
     def interest_bearing(self) -> InterestBearingConfig | None:
         raw = self.extensions.get(ET.INTEREST_BEARING_CONFIG)
         return None if raw is None else InterestBearingConfig.from_bytes(raw)
+
+    def at(self, epoch: int) -> MintAtEpoch:
+        """What a payment in this mint reckons with during `epoch` (docs/adr/0031)."""
+        config = self.fee_config
+        schedule = None if config is None else config.schedule(epoch)
+        return MintAtEpoch(self.program, schedule, self.hook_program)
 
 
 def _check_token_owner(owner: Pubkey) -> None:
@@ -1246,4 +1256,103 @@ def transfer_hook_accounts(
         authority=authority,
         amount=amount,
         account_data=account_data,
+    )
+
+
+# -- one-time payments in a mint (docs/adr/0031) ------------------------------------------
+@dataclass(frozen=True)
+class MintAtEpoch:
+    """What a one-time payment in a mint reckons with now: the token program that moves it,
+    the transfer-fee schedule in force this epoch (None: the mint has no TransferFeeConfig)
+    and its transfer-hook program (None: none). `MintInfo.at(epoch)` makes one; the
+    payment checks take it as given (pure), the facilitator and the gate read it over RPC
+    (`svcpay.protocol.mints`) for Token-2022 mints only."""
+
+    program: Pubkey
+    fee: TransferFee | None = None
+    hook_program: Pubkey | None = None
+
+    @property
+    def has_fee(self) -> bool:
+        """The mint has a TransferFeeConfig: a payment is judged by what it nets."""
+        return self.fee is not None
+
+    def fee_for(self, amount: int) -> int:
+        """What Token-2022 withholds from a transfer of `amount` now (in the destination)."""
+        return 0 if self.fee is None else self.fee.fee(amount)
+
+    def received(self, amount: int) -> int:
+        """What the recipient of a transfer of `amount` receives now."""
+        return amount - self.fee_for(amount)
+
+    def gross_for_net(self, net: int) -> int:
+        """The smallest transfer whose recipient receives `net` now (what a payer sends so
+        the payee gets the price)."""
+        return net if self.fee is None else self.fee.gross_for_net(net)
+
+
+def shortfall(mint: MintAtEpoch, paid: int, price: int) -> str | None:
+    """None when a transfer of `paid` leaves its recipient at least `price` now; else what
+    happens to it, for a refusal: "of which the fee withholds F: N arrives, short of P (send
+    G)"."""
+    fee = mint.fee_for(paid)
+    if paid - fee >= price:
+        return None
+    try:
+        send = str(mint.gross_for_net(price))
+    except ValueError:
+        send = "more than a u64 can hold"
+    return (
+        f"of which the mint's transfer fee withholds {fee}: {paid - fee} arrives, short of "
+        f"{price} (send {send})"
+    )
+
+
+TRANSFER_CHECKED_ACCOUNTS = 4  # source, mint, destination, authority
+
+
+@lru_cache(maxsize=1024)  # a PDA search; a gate or facilitator sees a few hooked mints
+def _validation_of(hook_program: Pubkey, mint: Pubkey) -> Pubkey:
+    return validation_address(hook_program, mint)
+
+
+def transfer_accounts_problem(
+    accounts: Sequence[Pubkey], mint: Pubkey, terms: MintAtEpoch | None
+) -> str | None:
+    """Why the accounts of a payment's TransferChecked of `mint` are not acceptable, or None.
+
+    They are source, mint, destination and authority. A transfer of a mint with a transfer
+    hook (`terms.hook_program`) goes on with the hook's extra accounts, ending with the hook
+    program and its validation account, as `transfer_hook_accounts` resolves them: Token-2022
+    checks the extras against the hook's ExtraAccountMetaList (one it cannot find fails the
+    transfer) and passes the hook only those the list names. Any other account past the
+    fourth is refused: SPL Token and Token-2022 read those as multisig signers."""
+    if len(accounts) < TRANSFER_CHECKED_ACCOUNTS:
+        return "a TransferChecked names source, mint, destination and authority"
+    extra = accounts[TRANSFER_CHECKED_ACCOUNTS:]
+    if not extra:
+        return None
+    hook = None if terms is None else terms.hook_program
+    if hook is None:
+        return (
+            f"the TransferChecked carries {len(extra)} accounts past its four; only a "
+            "transfer-hook mint's transfer may (its hook's accounts)"
+        )
+    validation = _validation_of(hook, mint)
+    if len(extra) < 2 or extra[-2] != hook or extra[-1] != validation:
+        return (
+            f"a transfer of {mint} ends its accounts with the hook program {hook} and its "
+            f"validation account {validation}, and carries nothing else"
+        )
+    return None
+
+
+def names_token_2022(tx: VersionedTransaction) -> bool:
+    """Whether an instruction of `tx` is Token-2022's: the one case in which a payment check
+    needs the mint (SPL Token mints have no fee and no hook, so no RPC call for them)."""
+    msg = tx.message
+    keys = msg.account_keys
+    return any(
+        ix.program_id_index < len(keys) and keys[ix.program_id_index] == TOKEN_2022_PROGRAM
+        for ix in msg.instructions
     )

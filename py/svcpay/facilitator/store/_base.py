@@ -25,9 +25,10 @@ def hash_key(secret: str) -> str:
 
 
 def amount_int(row: dict[str, Any]) -> dict[str, Any]:
-    """`row` with its amount as an int (PostgreSQL's NUMERIC comes back a Decimal)."""
-    if row.get("amount") is not None:
-        row["amount"] = int(row["amount"])
+    """`row` with its amounts as ints (PostgreSQL's NUMERIC comes back a Decimal)."""
+    for key in ("amount", "fee"):
+        if row.get(key) is not None:
+            row[key] = int(row[key])
     return row
 
 

@@ -96,4 +96,4 @@ class Settlements(Part):
             rows = await conn.execute(
                 sa.select(settlements).where(settlements.c.status == "sending")
             )
-            return [dict(r._mapping) for r in rows]
+            return [amount_int(dict(r._mapping)) for r in rows]

@@ -4,7 +4,10 @@ the transaction is `[SetComputeUnitLimit, SetComputeUnitPrice, TransferChecked, 
 (externalId)]`, fee payer the server's key, signed by the payer only; push (`feePayer:
 false`) sends that transaction itself, waits for `confirmed`, and hands over its signature.
 `currency` may be a mint or a symbol pay-kit servers send (USDC, PYUSD, USDT), resolved for
-the network as pay-kit resolves it (a local validator uses mainnet's mints)."""
+the network as pay-kit resolves it (a local validator uses mainnet's mints). The charge's
+amount is what the recipient receives: for a Token-2022 mint with a transfer fee the
+transfer is of the gross that leaves it the amount after this epoch's fee, and a hooked
+mint's transfer carries the hook's accounts (docs/adr/0031)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from solana.rpc.commitment import Confirmed
 from solana.rpc.models import TxOpts
 from solders.compute_budget import set_compute_unit_limit, set_compute_unit_price
 from solders.hash import Hash
-from solders.instruction import Instruction
+from solders.instruction import AccountMeta, Instruction
 from solders.keypair import Keypair
 from solders.message import MessageV0, to_bytes_versioned
 from solders.pubkey import Pubkey
@@ -27,11 +30,13 @@ from spl.token.instructions import transfer_checked
 from spl.token.models import TransferCheckedParams
 
 from svcpay.protocol import mpp
-from svcpay.protocol.programs import MEMO_PROGRAM, TOKEN_PROGRAM
+from svcpay.protocol.mints import ChainMints, MintUnavailable
+from svcpay.protocol.programs import MEMO_PROGRAM, TOKEN_2022_PROGRAM, TOKEN_PROGRAM
 from svcpay.schemes.mpp_charge.wire import INTENT, METHOD
 from svcpay.schemes.x402_exact.svm import associated_token_address
 
 COMPUTE_UNIT_LIMIT = 50_000  # a transfer and a memo need about 10,000
+HOOK_COMPUTE_UNITS = 60_000  # added for a transfer-hook mint: Token-2022 calls the hook
 COMPUTE_UNIT_PRICE = 1  # micro-lamports: pay-kit's servers accept at most 10,000 when paying
 MINTS = {  # pay-kit's KNOWN_MINTS for the stablecoins it names
     ("USDC", "mainnet"): "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v",
@@ -118,10 +123,23 @@ def read(challenge: mpp.Challenge) -> ChargeOffer:
 
 
 class ChargeClient:
-    """Builds credentials for charge offers, paying from `owner`'s associated token account."""
+    """Builds credentials for charge offers, paying from `owner`'s associated token account
+    (a Token-2022 mint's fee schedule and hook read through `mints`, cached)."""
 
-    def __init__(self, owner: Keypair, rpc: AsyncClient) -> None:
+    def __init__(self, owner: Keypair, rpc: AsyncClient, mints: ChainMints | None = None) -> None:
         self.owner, self.rpc = owner, rpc
+        self.mints = mints if mints is not None else ChainMints(rpc)
+
+    async def cost(self, offer: ChargeOffer) -> int:
+        """What paying `offer` takes from the wallet: its amount, or for a transfer-fee
+        mint the gross that leaves the recipient the amount after this epoch's fee."""
+        if offer.token_program != str(TOKEN_2022_PROGRAM):
+            return offer.amount
+        try:
+            now = await self.mints.at_epoch(Pubkey.from_string(offer.mint))
+            return now.gross_for_net(offer.amount)
+        except (MintUnavailable, ValueError) as e:
+            raise CannotPay(f"cannot read the mint {offer.mint}: {e}") from e
 
     async def transaction(
         self, offer: ChargeOffer, *, compute_unit_price: int = COMPUTE_UNIT_PRICE
@@ -129,22 +147,36 @@ class ChargeClient:
         mint = Pubkey.from_string(offer.mint)
         program = Pubkey.from_string(offer.token_program)
         payer = self.owner.pubkey()
-        ixs = [
-            set_compute_unit_limit(COMPUTE_UNIT_LIMIT),
-            set_compute_unit_price(compute_unit_price),
-            transfer_checked(
-                TransferCheckedParams(
-                    program_id=program,
-                    source=associated_token_address(payer, mint, program),
-                    mint=mint,
-                    dest=associated_token_address(
-                        Pubkey.from_string(offer.recipient), mint, program
-                    ),
-                    owner=payer,
-                    amount=offer.amount,
-                    decimals=offer.decimals,
+        source = associated_token_address(payer, mint, program)
+        dest = associated_token_address(Pubkey.from_string(offer.recipient), mint, program)
+        amount, limit = await self.cost(offer), COMPUTE_UNIT_LIMIT
+        hook: list[AccountMeta] = []
+        if program == TOKEN_2022_PROGRAM:
+            try:
+                hook = await self.mints.hook_accounts(
+                    mint, source=source, destination=dest, authority=payer, amount=amount
                 )
-            ),
+            except (MintUnavailable, ValueError) as e:
+                raise CannotPay(f"cannot resolve the transfer hook's accounts: {e}") from e
+            if hook:
+                limit += HOOK_COMPUTE_UNITS
+        transfer = transfer_checked(
+            TransferCheckedParams(
+                program_id=program,
+                source=source,
+                mint=mint,
+                dest=dest,
+                owner=payer,
+                amount=amount,
+                decimals=offer.decimals,
+            )
+        )
+        if hook:
+            transfer = Instruction(transfer.program_id, transfer.data, [*transfer.accounts, *hook])
+        ixs = [
+            set_compute_unit_limit(limit),
+            set_compute_unit_price(compute_unit_price),
+            transfer,
         ]
         if offer.external_id:
             ixs.append(Instruction(MEMO_PROGRAM, offer.external_id.encode(), []))

@@ -2,8 +2,11 @@
 (`svm.check_charge`), co-signed, simulated, sent and confirmed through the settlement engine
 every scheme shares (one transaction settles once, whichever protocol brings it); a pushed
 signature is looked up on chain at `confirmed`, checked the same way, and recorded through
-the same engine, so it too is used once. Every payment gets HTTP 200 and a `ChargeAnswer`;
-a body that is not a charge is the caller's 400 (`ProtocolError`)."""
+the same engine, so it too is used once. A transfer through Token-2022 is checked against
+its mint now (the engine's `mint_for`: a fee mint's charge is what the recipient receives,
+a hooked mint's transfer carries its hook's accounts; docs/adr/0031). Every payment gets
+HTTP 200 and a `ChargeAnswer`; a body that is not a charge is the caller's 400
+(`ProtocolError`)."""
 
 from __future__ import annotations
 
@@ -56,7 +59,7 @@ class ChargeFacilitator:
                 f"this facilitator pays fees as {self.fee_payer}: the request must say so",
             )
         try:
-            paid = self._check(tx, request, self.fee_payer)
+            paid = await self._check(tx, request, self.fee_payer)
         except ChargeRefused as e:
             return _refused("verification-failed", str(e))
         signed = self.engine.cosign(tx)
@@ -100,7 +103,7 @@ class ChargeFacilitator:
                 "no successful transaction with that signature is confirmed yet",
             )
         try:
-            paid = self._check(tx, charge.request, None)
+            paid = await self._check(tx, charge.request, None)
         except ChargeRefused as e:
             return _refused("verification-failed", str(e))
         if not await self.engine.registered(str(paid.destination)):
@@ -117,13 +120,19 @@ class ChargeFacilitator:
             return _refused("verification-failed", e.message, str(paid.payer))
         return self._answer(row, won, paid)
 
-    @staticmethod
-    def _check(
-        tx: VersionedTransaction, request: ChargeRequest, fee_payer: Pubkey | None
+    async def _check(
+        self, tx: VersionedTransaction, request: ChargeRequest, fee_payer: Pubkey | None
     ) -> Charge:
+        """The charge `tx` pays (SettlementError 503 when the mint cannot be read)."""
         if int(request.amount) > MAX_AMOUNT:
             raise ChargeRefused(f"amount above {MAX_AMOUNT}")
-        return check_charge(
+        try:
+            mint = await self.engine.mint_for(tx, request.currency)
+        except SettlementError as e:
+            if e.status == UNAVAILABLE:
+                raise
+            raise ChargeRefused(e.message) from e
+        paid = check_charge(
             tx,
             mint=request.currency,
             recipient=request.recipient,
@@ -131,7 +140,9 @@ class ChargeFacilitator:
             decimals=request.method_details.decimals,
             memo=request.external_id,
             fee_payer=fee_payer,
+            mint_now=mint,
         )
+        return paid
 
     @staticmethod
     def _record(paid: Charge, request: ChargeRequest) -> dict[str, Any]:
@@ -140,6 +151,7 @@ class ChargeFacilitator:
             "pay_to": str(paid.destination),
             "token": request.currency,
             "amount": paid.amount,
+            "fee": paid.fee,
             "memo": request.external_id,
         }
 

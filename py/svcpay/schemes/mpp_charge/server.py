@@ -25,6 +25,11 @@ credential, a 409), kept beside the replay store as x402's payment identifiers a
 Failures are 402 problems of the draft's types with fresh challenges. The facilitator's
 back-pressure (`settling.Guard`) is the x402 path's: at most that many payments wait for
 it, and a breaker answers 503 while it keeps failing.
+
+The charge's `amount` is what the recipient receives. For a Token-2022 mint (`tokenProgram`)
+the gate reads the mint as it is now (`mints`, cached; docs/adr/0031): a transfer-fee mint's
+transfer must leave the recipient the amount after the fee (the client sends
+`gross_for_net(amount)`), a hooked mint's may carry its hook's accounts.
 """
 
 from __future__ import annotations
@@ -43,10 +48,12 @@ from solders.transaction import VersionedTransaction
 
 from svcpay.protocol import mpp
 from svcpay.protocol.memo import Memos, MemoTerms
+from svcpay.protocol.mints import MintReader, MintUnavailable
 from svcpay.protocol.models import ProtocolError
 from svcpay.protocol.pricing import OneTime, PricingEntry, Terms
-from svcpay.protocol.programs import TOKEN_PROGRAM
+from svcpay.protocol.programs import TOKEN_2022_PROGRAM, TOKEN_PROGRAM
 from svcpay.protocol.replay import ReplayStore
+from svcpay.protocol.token2022 import MintAtEpoch
 from svcpay.schemes.decision import Admit, RawHeaders, Reply, Request
 from svcpay.schemes.mpp_charge.facilitator_client import ChargeSettler, FacilitatorUnavailable
 from svcpay.schemes.mpp_charge.svm import ChargeRefused, check_charge
@@ -90,9 +97,18 @@ class ChargeIntent:
         challenge_secs: int = CHALLENGE_SECS,
         clock: Callable[[], float] = time.time,
         payment_ids: PaymentIdStore | None = None,
+        mints: MintReader | None = None,
     ) -> None:
+        """`mints` reads a Token-2022 mint (`token_program`) as it is now; required then."""
         if terms.owner is None or terms.fee_payer is None:
             raise ValueError("MPP charge needs Terms.owner and Terms.fee_payer, as x402 does")
+        self.token_2022 = token_program == str(TOKEN_2022_PROGRAM)
+        if self.token_2022 and mints is None:
+            raise ValueError(
+                f"Terms.token {terms.token} is a Token-2022 mint: MPP charge needs `mints` "
+                "to read its transfer fee and hook"
+            )
+        self.mints, self.mint = mints, Pubkey.from_string(terms.token)
         self.terms, self.memos, self.issuer, self.replay = terms, memos, issuer, replay
         self.facilitator, self.guard = facilitator, guard
         self.decimals, self.token_program, self.push = decimals, token_program, push
@@ -244,6 +260,15 @@ class ChargeIntent:
             tx = VersionedTransaction.from_bytes(base64.b64decode(encoded, validate=True))
         except (binascii.Error, ValueError) as e:
             return refuse("malformed-credential", f"payload.transaction is not one: {e}")
+        mint: MintAtEpoch | None = None
+        if self.token_2022:  # what the mint does now: its fee, its hook (SPL: nothing)
+            assert self.mints is not None
+            try:
+                mint = await self.mints.at_epoch(self.mint)
+            except MintUnavailable as e:
+                return _unavailable(f"the mint cannot be read: {e}", self.guard.retry_after)
+            except ValueError as e:
+                return refuse("verification-failed", f"{self.terms.token} is no mint: {e}")
         try:
             check_charge(
                 tx,
@@ -253,6 +278,7 @@ class ChargeIntent:
                 decimals=charge.method_details.decimals,
                 memo=charge.external_id,
                 fee_payer=self.fee_payer,
+                mint_now=mint,
             )
         except ChargeRefused as e:
             return refuse("verification-failed", str(e))

@@ -8,7 +8,11 @@ Accepted, in any order (pay-kit puts the price before the limit; the spec fixes 
     ComputeBudget SetComputeUnitPrice   at most once, <= MAX_COMPUTE_UNIT_PRICE, and
                                         limit x price within MAX_PRIORITY_FEE_LAMPORTS
     TransferChecked (SPL Token or Token-2022), exactly one: exactly `amount` of `mint`,
-        `decimals` as the request says, to ATA(recipient, mint), its authority a signer
+        `decimals` as the request says, to ATA(recipient, mint), its authority a signer;
+        for a Token-2022 mint with a transfer fee, an amount whose recipient receives at
+        least `amount` (the client sends `gross_for_net(amount)`), and for a transfer-hook
+        mint the hook's accounts after its four (docs/adr/0031: `mint_now`, read by the
+        caller, says what the mint does now)
     Memo (v2, no accounts), exactly one, carrying the request's `externalId`
 Nothing else (no splits: the gate offers none). With a fee payer (pull mode, `feePayer:
 true`) it is the transaction's fee payer, named by no instruction, and two signatures are
@@ -25,6 +29,7 @@ from solders.pubkey import Pubkey
 from solders.transaction import VersionedTransaction
 
 from svcpay.protocol.programs import COMPUTE_BUDGET, MEMO_PROGRAM, TOKEN_PROGRAMS, TRANSFER_CHECKED
+from svcpay.protocol.token2022 import MintAtEpoch, shortfall, transfer_accounts_problem
 from svcpay.schemes.x402_exact.svm import (
     MAX_COMPUTE_UNIT_LIMIT,
     MAX_COMPUTE_UNIT_PRICE,
@@ -49,7 +54,14 @@ class Charge:
     source: Pubkey
     destination: Pubkey
     payer: Pubkey  # the transfer's authority, who signed
-    amount: int
+    amount: int  # what the payer sends (gross)
+    fee: int | None = None  # what a transfer-fee mint withholds in the destination; None
+    # for a mint without a transfer fee
+
+    @property
+    def net(self) -> int:
+        """What the recipient receives."""
+        return self.amount - (self.fee or 0)
 
 
 def check_charge(
@@ -61,11 +73,13 @@ def check_charge(
     decimals: int,
     memo: str,
     fee_payer: Pubkey | None,
+    mint_now: MintAtEpoch | None = None,
 ) -> Charge:
     """The transfer `tx` makes if it pays the charge as above (`fee_payer`: the server's key
-    in pull mode, None in push mode); ChargeRefused otherwise."""
+    in pull mode, None in push mode; `mint_now`: the mint now, for a transfer through
+    Token-2022, None for no fee and no hook); ChargeRefused otherwise."""
     try:
-        return _check(tx, mint, recipient, amount, decimals, memo, fee_payer)
+        return _check(tx, mint, recipient, amount, decimals, memo, fee_payer, mint_now)
     except (IndexError, struct.error) as e:  # an index past the accounts, short data
         raise ChargeRefused("an instruction names accounts or data it lacks") from e
 
@@ -78,6 +92,7 @@ def _check(
     decimals: int,
     memo: str,
     fee_payer: Pubkey | None,
+    mint_now: MintAtEpoch | None,
 ) -> Charge:
     msg = tx.message
     if len(bytes(tx)) > MAX_TRANSACTION_BYTES:
@@ -111,7 +126,7 @@ def _check(
                 raise ChargeRefused("two SetComputeUnitPrice instructions")
             price = struct.unpack_from("<Q", data, 1)[0]
         elif program in TOKEN_PROGRAMS and data[:1] == bytes([TRANSFER_CHECKED]):
-            if len(data) != 10 or len(accounts) != 4:
+            if len(data) != 10 or len(accounts) < 4:
                 raise ChargeRefused("a TransferChecked with the wrong shape")
             transfers.append((program, accounts, data))
         elif program == MEMO_PROGRAM and not accounts:
@@ -129,14 +144,24 @@ def _check(
         raise ChargeRefused(f"{len(transfers)} TransferChecked instructions; exactly one")
     if memos != [memo.encode()]:
         raise ChargeRefused("exactly one memo, carrying the request's externalId")
-    program, (source, paid_mint, destination, authority), data = transfers[0]
+    program, accounts, data = transfers[0]
+    source, paid_mint, destination, authority = accounts[:4]
     if str(paid_mint) != mint:
         raise ChargeRefused(f"the transfer's mint is {paid_mint}, not {mint}")
+    if mint_now is not None and mint_now.program != program:
+        raise ChargeRefused(f"the transfer goes through {program}; {mint} is not its mint")
+    if (problem := transfer_accounts_problem(accounts, paid_mint, mint_now)) is not None:
+        raise ChargeRefused(problem)
     expected = associated_token_address(Pubkey.from_string(recipient), paid_mint, program)
     if destination != expected:
         raise ChargeRefused(f"the transfer goes to {destination}, not ATA(recipient) {expected}")
     paid, paid_decimals = struct.unpack_from("<QB", data, 1)
-    if paid != amount:
+    fee = None
+    if mint_now is not None and mint_now.has_fee:  # judged by what the recipient receives
+        fee = mint_now.fee_for(paid)
+        if (short := shortfall(mint_now, paid, amount)) is not None:
+            raise ChargeRefused(f"the transfer pays {paid}, {short}")
+    elif paid != amount:
         raise ChargeRefused(f"the transfer pays {paid}, the charge is {amount}")
     if paid_decimals != decimals:
         raise ChargeRefused(f"the transfer says {paid_decimals} decimals, the mint has {decimals}")
@@ -147,4 +172,4 @@ def _check(
         authority, to_bytes_versioned(msg)
     ):
         raise ChargeRefused("the token authority's signature does not verify")
-    return Charge(program, source, destination, authority, paid)
+    return Charge(program, source, destination, authority, paid, fee)

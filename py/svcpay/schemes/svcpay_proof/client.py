@@ -2,7 +2,10 @@
 payer as token authority (the facilitator pays the fee), and trade it for a proof at the
 facilitator's `POST /authorize` (docs/adr/0006, 0008). `PaymentAuth` (`svcpay.client`)
 drives this on a 402 and sends the proof in `X-PAYMENT`; the facilitator checks the
-transfer by `svcpay.schemes.svcpay_proof.facilitator`.
+transfer by `svcpay.schemes.svcpay_proof.facilitator`. The transfer goes through the mint's
+own program; for a Token-2022 mint with a transfer fee it sends the gross that leaves payTo
+the price after this epoch's fee, and for one with a transfer hook it carries the hook's
+accounts (docs/adr/0031).
 """
 
 from __future__ import annotations
@@ -15,19 +18,19 @@ import httpx
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solders.compute_budget import set_compute_unit_limit, set_compute_unit_price
-from solders.instruction import Instruction
+from solders.instruction import AccountMeta, Instruction
 from solders.keypair import Keypair
 from solders.message import MessageV0, to_bytes_versioned
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 from solders.transaction import VersionedTransaction
-from spl.token.constants import TOKEN_PROGRAM_ID
 from spl.token.instructions import get_associated_token_address, transfer_checked
 from spl.token.models import TransferCheckedParams
 
 from svcpay.protocol.errors import InsufficientFunds, PaymentError
+from svcpay.protocol.mints import ChainMints, MintUnavailable
 from svcpay.protocol.models import PaymentOption
-from svcpay.protocol.programs import MEMO_PROGRAM
+from svcpay.protocol.programs import MEMO_PROGRAM, TOKEN_2022_PROGRAM
 
 # build_payment's priority fee: x402 facilitators require a price instruction, svcpay's
 # /authorize accepts one (at most 1,000,000); 1 micro-lamport a unit adds under 1 lamport.
@@ -42,12 +45,15 @@ async def authorize(
     owner: Keypair,
     option: PaymentOption,
     patience: float = SETTLE_PATIENCE_SECS,
+    *,
+    mints: ChainMints | None = None,
 ) -> str:
     """The proof (base64, `X-PAYMENT`'s value) of `owner` paying `option` once, settled by
     `facilitator` (an httpx client on its base URL). InsufficientFunds or PaymentError when
-    it refuses."""
+    it refuses. `mints` reads the mint (default: once, over `rpc`)."""
     supported = (await facilitator.get("/supported")).json()
-    tx = await build_payment(rpc, owner, option, Pubkey.from_string(supported["feePayer"]))
+    fee_payer = Pubkey.from_string(supported["feePayer"])
+    tx = await build_payment(rpc, owner, option, fee_payer, mints=mints)
     body: dict[str, object] = {
         "signedPayment": base64.b64encode(tx).decode(),
         "paymentRequirements": option.to_json_dict(),
@@ -63,30 +69,56 @@ async def authorize(
 
 
 async def build_payment(
-    rpc: AsyncClient, owner: Keypair, option: PaymentOption, fee_payer: Pubkey
+    rpc: AsyncClient,
+    owner: Keypair,
+    option: PaymentOption,
+    fee_payer: Pubkey,
+    *,
+    mints: ChainMints | None = None,
 ) -> bytes:
     """The transfer of `option` from `owner`'s associated token account, with its memo,
     signed by `owner` as token authority; the fee payer's signature is left for the
     facilitator. Laid out as x402's `exact` asks (compute-unit limit, price, transfer,
-    memo), so x402 facilitators accept it too."""
+    memo), so x402 facilitators accept it too. A transfer-fee mint's transfer is of the
+    gross that leaves payTo the price; a hooked mint's carries the hook's accounts."""
     mint = Pubkey.from_string(option.token)
-    mint_info = (await rpc.get_account_info(mint, Confirmed)).value
-    if mint_info is None:
-        raise PaymentError(f"the token {mint} does not exist on this network")
-    decimals = bytes(mint_info.data)[44]
+    mints = mints if mints is not None else ChainMints(rpc)
+    try:
+        info = await mints.mint(mint)
+        program = info.program
+        source = get_associated_token_address(owner.pubkey(), mint, program)
+        amount = option.amount_units
+        hook: list[AccountMeta] = []
+        if program == TOKEN_2022_PROGRAM:
+            now = await mints.at_epoch(mint)
+            amount = now.gross_for_net(amount)
+            hook = await mints.hook_accounts(
+                mint,
+                source=source,
+                destination=Pubkey.from_string(option.pay_to),
+                authority=owner.pubkey(),
+                amount=amount,
+            )
+    except MintUnavailable as e:
+        raise PaymentError(f"the token {mint} cannot be read now: {e}") from e
+    except ValueError as e:
+        raise PaymentError(f"the token {mint} is no mint on this network: {e}") from e
     params = TransferCheckedParams(
-        program_id=TOKEN_PROGRAM_ID,
-        source=get_associated_token_address(owner.pubkey(), mint),
+        program_id=program,
+        source=source,
         mint=mint,
         dest=Pubkey.from_string(option.pay_to),
         owner=owner.pubkey(),
-        amount=option.amount_units,
-        decimals=decimals,
+        amount=amount,
+        decimals=info.decimals,
     )
+    transfer = transfer_checked(params)
+    if hook:
+        transfer = Instruction(transfer.program_id, transfer.data, [*transfer.accounts, *hook])
     ixs = [
         set_compute_unit_limit(COMPUTE_UNIT_LIMIT),
         set_compute_unit_price(COMPUTE_UNIT_PRICE),
-        transfer_checked(params),
+        transfer,
         Instruction(MEMO_PROGRAM, (option.memo or "").encode(), []),
     ]
     blockhash = (await rpc.get_latest_blockhash(Confirmed)).value.blockhash

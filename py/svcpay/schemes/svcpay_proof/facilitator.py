@@ -7,25 +7,31 @@ The client builds and signs (as token authority) a v0 transaction whose fee paye
 facilitator:
     - exactly one SetComputeUnitLimit (at most MAX_COMPUTE_UNIT_LIMIT) and, optionally, a
       SetComputeUnitPrice (at most MAX_COMPUTE_UNIT_PRICE; the runtime refuses a second);
-    - one SPL Token `TransferChecked` of exactly the terms' amount of their mint to `payTo`,
-      signed by its authority;
+    - one `TransferChecked` (SPL Token or Token-2022) of exactly the terms' amount of
+      their mint to `payTo`, signed by its authority; for a Token-2022 mint with a transfer
+      fee, of an amount whose recipient receives at least the terms' amount (the fee is
+      withheld in `payTo`; the client sends `gross_for_net(amount)`), and for a
+      transfer-hook mint with the hook's accounts after its four (docs/adr/0031);
     - one memo instruction carrying the terms' memo.
 Anything else, lookup tables, a third signer, or any use of the facilitator's key beyond
 paying the fee, is refused. x402's rules for the same transfer are
-`svcpay.schemes.x402_exact.svm`.
+`svcpay.schemes.x402_exact.svm`. A Token-2022 mint's fee schedule and hook are the
+caller's to read (`mint`, a `MintAtEpoch`); without it, no fee and no hook.
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 from solders.message import to_bytes_versioned
 from solders.pubkey import Pubkey
 from solders.transaction import VersionedTransaction
 
 from svcpay.protocol.models import PaymentOption
-from svcpay.protocol.programs import COMPUTE_BUDGET, MEMO_PROGRAM, TOKEN_PROGRAM, TRANSFER_CHECKED
+from svcpay.protocol.programs import COMPUTE_BUDGET, MEMO_PROGRAM, TOKEN_PROGRAMS, TRANSFER_CHECKED
 from svcpay.protocol.settlement import SettlementError
+from svcpay.protocol.token2022 import MintAtEpoch, shortfall, transfer_accounts_problem
 
 # What a payment may cost the facilitator: one signature's fee (the client's signature is
 # the only other one) plus at most MAX_COMPUTE_UNIT_LIMIT * MAX_COMPUTE_UNIT_PRICE / 10^6
@@ -44,18 +50,52 @@ def decode_payment(signed_payment: bytes) -> VersionedTransaction:
         ) from e
 
 
-def check_payment(tx: VersionedTransaction, option: PaymentOption, fee_payer: Pubkey) -> Pubkey:
-    """The payer (the transfer's signing authority) if `tx` pays exactly `option` with
-    `fee_payer` as the sponsor by the rules above; SettlementError otherwise."""
+@dataclass(frozen=True)
+class Paid:
+    """What a checked payment transfers."""
+
+    payer: Pubkey  # the transfer's signing authority
+    token_program: Pubkey
+    amount: int  # what the payer sends (gross)
+    fee: int | None = None  # what a transfer-fee mint withholds in `payTo`; None for a
+    # mint without a transfer fee
+
+    @property
+    def net(self) -> int:
+        """What `payTo` receives: at least the terms' amount."""
+        return self.amount - (self.fee or 0)
+
+
+def check_payment(
+    tx: VersionedTransaction,
+    option: PaymentOption,
+    fee_payer: Pubkey,
+    mint: MintAtEpoch | None = None,
+) -> Pubkey:
+    """The payer (the transfer's signing authority) if `tx` pays `option` with `fee_payer`
+    as the sponsor by the rules above; SettlementError otherwise."""
+    return check_transfer(tx, option, fee_payer, mint).payer
+
+
+def check_transfer(
+    tx: VersionedTransaction,
+    option: PaymentOption,
+    fee_payer: Pubkey,
+    mint: MintAtEpoch | None = None,
+) -> Paid:
+    """`check_payment`, telling what the transfer pays: gross, the mint's fee, net.
+    `mint`: the terms' mint now, for a transfer through Token-2022 (None: no fee, no hook)."""
     try:
-        return _check(tx, option, fee_payer)
+        return _check(tx, option, fee_payer, mint)
     except IndexError as e:  # an index past the accounts or signatures it carries
         raise SettlementError(
             "InvalidTransaction", "the transaction names accounts or signatures it lacks"
         ) from e
 
 
-def _check(tx: VersionedTransaction, option: PaymentOption, me: Pubkey) -> Pubkey:
+def _check(
+    tx: VersionedTransaction, option: PaymentOption, me: Pubkey, mint_now: MintAtEpoch | None
+) -> Paid:
     msg = tx.message
     keys = list(msg.account_keys)
     if not keys or keys[0] != me:
@@ -78,8 +118,10 @@ def _check(tx: VersionedTransaction, option: PaymentOption, me: Pubkey) -> Pubke
         data = bytes(ix.data)
         if program == COMPUTE_BUDGET:
             limits += _budget(data)
-        elif program == TOKEN_PROGRAM and data[:1] == bytes([TRANSFER_CHECKED]) and len(data) == 10:
-            transfers.append((accounts, struct.unpack_from("<Q", data, 1)[0]))
+        elif (
+            program in TOKEN_PROGRAMS and data[:1] == bytes([TRANSFER_CHECKED]) and len(data) == 10
+        ):
+            transfers.append((program, accounts, struct.unpack_from("<Q", data, 1)[0]))
         elif program == MEMO_PROGRAM:
             memos.append(data.decode("utf-8", "replace"))
         else:
@@ -93,21 +135,36 @@ def _check(tx: VersionedTransaction, option: PaymentOption, me: Pubkey) -> Pubke
         )
     if len(transfers) != 1 or len(memos) != 1:
         raise SettlementError("InvalidTransaction", "need exactly one TransferChecked and one memo")
-    (accounts, amount), memo = transfers[0], memos[0]
+    (program, accounts, amount), memo = transfers[0], memos[0]
     if len(accounts) < 4:
         raise SettlementError("InvalidTransaction", "TransferChecked lacks accounts")
     _, mint, destination, authority = accounts[:4]
-    checks = (
+    for what, got, want in (
         ("mint", str(mint), option.token),
         ("destination", str(destination), option.pay_to),
-        ("amount", str(amount), option.amount),
-        ("memo", memo, option.memo or ""),
-    )
-    for what, got, want in checks:
+    ):
         if got != want:
             raise SettlementError(
                 "TermsMismatch", f"the transfer's {what} is {got}, the terms say {want}"
             )
+    if mint_now is not None and mint_now.program != program:
+        raise SettlementError(
+            "TermsMismatch",
+            f"the transfer goes through {program}; {mint} is a mint of {mint_now.program}",
+        )
+    price, fee = int(option.amount), None
+    if mint_now is not None and mint_now.has_fee:  # judged by what payTo receives
+        fee = mint_now.fee_for(amount)
+        if (short := shortfall(mint_now, amount, price)) is not None:
+            raise SettlementError("TermsMismatch", f"the transfer's amount is {amount}, {short}")
+    elif amount != price:
+        raise SettlementError(
+            "TermsMismatch", f"the transfer's amount is {amount}, the terms say {price}"
+        )
+    if memo != (option.memo or ""):
+        raise SettlementError(
+            "TermsMismatch", f"the transfer's memo is {memo}, the terms say {option.memo or ''}"
+        )
     signer_index = keys.index(authority)
     if signer_index >= msg.header.num_required_signatures:
         raise SettlementError("InvalidTransaction", "the token authority must sign")
@@ -115,7 +172,9 @@ def _check(tx: VersionedTransaction, option: PaymentOption, me: Pubkey) -> Pubke
         raise SettlementError(
             "InvalidTransaction", "the token authority's signature does not verify"
         )
-    return authority
+    if (problem := transfer_accounts_problem(accounts, mint, mint_now)) is not None:
+        raise SettlementError("InvalidTransaction", problem)
+    return Paid(authority, program, amount, fee)
 
 
 def _budget(data: bytes) -> int:

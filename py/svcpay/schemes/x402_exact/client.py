@@ -7,7 +7,9 @@ The payment is a v0 transaction whose fee payer is the facilitator named in `ext
     1  SetComputeUnitPrice (COMPUTE_UNIT_PRICE micro-lamports: x402 facilitators require one)
     2  TransferChecked of `amount` of `asset`, from the payer's associated token account to
        ATA(payTo, asset), under the mint's own program (SPL Token or Token-2022), with the
-       mint's decimals (read from the chain)
+       mint's decimals (read from the chain); for a Token-2022 mint with a transfer fee, of
+       the gross that leaves payTo `amount` after this epoch's fee, and for one with a
+       transfer hook, followed by the hook's extra accounts (docs/adr/0031)
     3  Memo: `extra.memo`, or 16 random bytes in hex so that two payments of the same terms
        are two transactions
 signed by the payer as token authority only: the fee payer's signature slot is left empty
@@ -24,7 +26,7 @@ import base64
 import binascii
 import os
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +41,9 @@ from solders.pubkey import Pubkey
 from solders.signature import Signature
 from solders.transaction import VersionedTransaction
 
+from svcpay.protocol.mints import ChainMints, MintUnavailable
 from svcpay.protocol.models import ProtocolError
+from svcpay.protocol.token2022 import MintAtEpoch
 from svcpay.schemes.x402_exact import svm
 from svcpay.schemes.x402_exact.wire import (
     PAYMENT_IDENTIFIER,
@@ -65,6 +69,7 @@ from svcpay.schemes.x402_exact.wire import (
 )
 
 COMPUTE_UNIT_LIMIT = 20_000  # the transfer and a memo use about 10,000
+HOOK_COMPUTE_UNITS = 60_000  # added for a transfer-hook mint: Token-2022 calls the hook
 COMPUTE_UNIT_PRICE = 1  # micro-lamports per unit: the least a facilitator accepts
 MAX_MEMO_BYTES = 256
 
@@ -116,12 +121,17 @@ def exact_instructions(
     *,
     compute_unit_limit: int = COMPUTE_UNIT_LIMIT,
     compute_unit_price: int = COMPUTE_UNIT_PRICE,
+    amount: int | None = None,
+    hook_accounts: Sequence[AccountMeta] = (),
 ) -> list[Instruction]:
-    """The four instructions of an `exact` payment by `payer` (see the module's docstring)."""
+    """The four instructions of an `exact` payment by `payer` (see the module's docstring).
+    `amount`: what the transfer moves (default the requirements' amount; a transfer-fee
+    mint's gross); `hook_accounts`: a transfer-hook mint's, after the transfer's four."""
     pay_to = Pubkey.from_string(requirements.pay_to)
     source = svm.associated_token_address(payer, mint.address, mint.token_program)
     destination = svm.associated_token_address(pay_to, mint.address, mint.token_program)
-    transfer = struct.pack("<BQB", svm.TRANSFER_CHECKED, int(requirements.amount), mint.decimals)
+    sent = int(requirements.amount) if amount is None else amount
+    transfer = struct.pack("<BQB", svm.TRANSFER_CHECKED, sent, mint.decimals)
     return [
         Instruction(
             svm.COMPUTE_BUDGET,
@@ -141,6 +151,7 @@ def exact_instructions(
                 AccountMeta(mint.address, is_signer=False, is_writable=False),
                 AccountMeta(destination, is_signer=False, is_writable=True),
                 AccountMeta(payer, is_signer=True, is_writable=False),
+                *hook_accounts,
             ],
         ),
         Instruction(svm.MEMO_PROGRAM, memo, []),
@@ -157,7 +168,8 @@ def sign_as_payer(message: MessageV0, payer: Keypair) -> VersionedTransaction:
 
 
 class ExactSvmClient:
-    """Builds `exact` payments by `payer` on the cluster `rpc` reaches (mints read once)."""
+    """Builds `exact` payments by `payer` on the cluster `rpc` reaches (mints read once; a
+    Token-2022 mint's fee schedule and hook through `mints`, cached)."""
 
     def __init__(
         self,
@@ -166,15 +178,34 @@ class ExactSvmClient:
         *,
         compute_unit_limit: int = COMPUTE_UNIT_LIMIT,
         compute_unit_price: int = COMPUTE_UNIT_PRICE,
+        mints: ChainMints | None = None,
     ) -> None:
         self.payer, self.rpc = payer, rpc
         self.compute_unit_limit, self.compute_unit_price = compute_unit_limit, compute_unit_price
+        self.mints = mints if mints is not None else ChainMints(rpc)
         self._mints: dict[Pubkey, Mint] = {}
 
     async def mint(self, address: Pubkey) -> Mint:
         if address not in self._mints:
             self._mints[address] = await read_mint(self.rpc, address)
         return self._mints[address]
+
+    async def mint_now(self, mint: Mint) -> MintAtEpoch | None:
+        """A Token-2022 mint as a payment meets it now (fee schedule, hook); None for SPL
+        Token. CannotPay when it cannot be read."""
+        if mint.token_program != svm.TOKEN_2022_PROGRAM:
+            return None
+        try:
+            return await self.mints.at_epoch(mint.address)
+        except (MintUnavailable, ValueError) as e:
+            raise CannotPay(f"cannot read the mint {mint.address}: {e}") from e
+
+    async def cost(self, requirements: AnyRequirements) -> int:
+        """What paying `requirements` takes from the wallet: the amount, or for a
+        transfer-fee mint the gross that leaves payTo the amount after this epoch's fee."""
+        amount = amount_of(requirements)
+        now = await self.mint_now(await self.mint(Pubkey.from_string(requirements.asset)))
+        return amount if now is None else _gross(now, amount)
 
     async def transaction(self, requirements: AnyRequirements) -> VersionedTransaction:
         """The payer-signed transaction paying `requirements` (v1 or v2); CannotPay when
@@ -191,13 +222,34 @@ class ExactSvmClient:
         except ValueError as e:
             raise CannotPay(f"malformed extra: {e}") from e
         mint = await self.mint(Pubkey.from_string(req.asset))
+        now = await self.mint_now(mint)
+        amount = int(req.amount) if now is None else _gross(now, int(req.amount))
+        hook: list[AccountMeta] = []
+        limit = self.compute_unit_limit
+        if now is not None and now.hook_program is not None:
+            payer, owner = self.payer.pubkey(), Pubkey.from_string(req.pay_to)
+            try:
+                hook = await self.mints.hook_accounts(
+                    mint.address,
+                    source=svm.associated_token_address(payer, mint.address, mint.token_program),
+                    destination=svm.associated_token_address(
+                        owner, mint.address, mint.token_program
+                    ),
+                    authority=payer,
+                    amount=amount,
+                )
+            except (MintUnavailable, ValueError) as e:
+                raise CannotPay(f"cannot resolve the transfer hook's accounts: {e}") from e
+            limit += HOOK_COMPUTE_UNITS
         ixs = exact_instructions(
             self.payer.pubkey(),
             req,
             mint,
             memo_bytes(req),
-            compute_unit_limit=self.compute_unit_limit,
+            compute_unit_limit=limit,
             compute_unit_price=self.compute_unit_price,
+            amount=amount,
+            hook_accounts=hook,
         )
         if blockhash is None:
             blockhash = (await self.rpc.get_latest_blockhash(Confirmed)).value.blockhash
@@ -210,6 +262,7 @@ class ExactSvmClient:
                 pay_to=req.pay_to,
                 amount=int(req.amount),
                 memo=req.memo or None,
+                mint=now,
             )
         except svm.Refusal as e:
             raise CannotPay(f"{e.reason}: {e.message}") from e
@@ -255,6 +308,13 @@ async def create_payment(
     return await ExactSvmClient(payer, rpc).payload(requirements, required)
 
 
+def _gross(mint: MintAtEpoch, amount: int) -> int:
+    try:
+        return mint.gross_for_net(amount)
+    except ValueError as e:  # no u64 transfer nets it
+        raise CannotPay(str(e)) from e
+
+
 def payment_header(payload: AnyPayload) -> tuple[str, str]:
     """(name, value) of the request header that carries `payload`: `PAYMENT-SIGNATURE` for
     v2, `X-PAYMENT` for v1."""
@@ -287,9 +347,10 @@ def transfer_in(payload: AnyPayload) -> PaidTransfer:
             transfers.append((program, [keys[i] for i in bytes(ix.accounts)], data))
         elif program == svm.MEMO_PROGRAM:
             memos.append(data.decode("utf-8", "replace"))
-    if len(transfers) != 1 or len(transfers[0][1]) != 4:
+    if len(transfers) != 1 or len(transfers[0][1]) < 4:
         raise CannotPay("the payment's transaction holds no single TransferChecked")
-    program, (_, mint, destination, authority), data = transfers[0]
+    program, accounts, data = transfers[0]
+    _, mint, destination, authority = accounts[:4]  # then a transfer hook's, if any
     amount, decimals = struct.unpack_from("<QB", data, 1)
     return PaidTransfer(program, mint, destination, authority, amount, decimals, tuple(memos))
 

@@ -11,6 +11,11 @@ VerifyResponse or SettleResponse with x402's reason strings (`wire.Reason`). Pol
 (`pay_to_not_registered`), a payer beyond its rate is `rate_limited` (on /settle: verifying
 costs no fee), and the compute budget is bounded (`svm`). A transaction settled once, by any
 request or instance or by /authorize, fails `duplicate_settlement`. docs/adr/0019.
+
+A payment through Token-2022 is checked against its mint now (the engine's `mint_for`): a
+transfer-fee mint's transfer must leave payTo the amount after the fee, a hooked mint's may
+carry its hook's accounts (docs/adr/0031). The SettleResponse's `amount` is what the payer
+sent; the settlement record and its payment.settled event add the fee and the net.
 """
 
 from __future__ import annotations
@@ -181,7 +186,7 @@ class X402Facilitator:
     async def verify(self, request: Request) -> VerifyResponse:
         """Every check /settle makes, then a simulation; nothing is sent or stored."""
         try:
-            checked = self.check(request)
+            checked = await self.check(request)
             if not await self.settler.registered(str(checked.transfer.destination)):
                 raise self._unregistered(checked)
             key = str(checked.signed.signatures[0])
@@ -205,7 +210,7 @@ class X402Facilitator:
         """Checks, simulates, co-signs, sends and confirms, durably (as /authorize does).
         Success only for the one request that recorded the settlement."""
         try:
-            checked = self.check(request)
+            checked = await self.check(request)
             transfer = checked.transfer
             try:
                 await self.settler.admit(checked.payer, str(transfer.destination))
@@ -216,6 +221,7 @@ class X402Facilitator:
                         "pay_to": str(transfer.destination),
                         "token": str(transfer.mint),
                         "amount": transfer.amount,
+                        "fee": transfer.fee,
                         "memo": transfer.memos[0] if transfer.memos else "",
                     },
                     scheme=SCHEME_X402,
@@ -270,8 +276,9 @@ class X402Facilitator:
             amount=str(transfer.amount),
         )
 
-    def check(self, request: Request) -> Checked:
-        """The x402 and `exact` SVM rules that need no chain; Refused with the reason."""
+    async def check(self, request: Request) -> Checked:
+        """The x402 and `exact` SVM rules (the chain is asked only what a Token-2022 mint
+        does now); Refused with the reason, SettlementError 503 when the RPC node is away."""
         req = request.requirements
         if request.version == 2:
             try:
@@ -309,6 +316,12 @@ class X402Facilitator:
         except svm.Refusal as e:
             raise Refused(e.reason, e.message) from e
         try:
+            mint = await self.settler.mint_for(tx, req.asset)
+        except SettlementError as e:
+            if e.status == UNAVAILABLE:
+                raise
+            raise Refused(Reason.MINT_MISMATCH, e.message, _payer_of(tx)) from e
+        try:
             transfer = svm.check_payment(
                 tx,
                 fee_payer=self.fee_payer,
@@ -316,6 +329,7 @@ class X402Facilitator:
                 pay_to=req.pay_to,
                 amount=int(req.amount),
                 memo=req.memo,
+                mint=mint,
             )
         except svm.Refusal as e:
             raise Refused(e.reason, e.message, _payer_of(tx)) from e

@@ -22,6 +22,13 @@ for the facilitator and stops asking one that keeps failing (503 with Retry-Afte
 handler runs); a settle that may have reached the facilitator but got no answer after the
 handler ran is recorded as pending, its response delivered with `X-Svc-Settlement:
 pending`, and reconciled later (`settling.Reconciler`).
+
+The price is what the provider receives. Which token program moves `Terms.token` is told by
+`Terms.pay_to` (the owner's associated token account under SPL Token or Token-2022): for an
+SPL Token mint the check reads nothing. For a Token-2022 mint the gate reads the mint as it
+is now (`mints`, cached: its fee schedule this epoch, its hook; docs/adr/0031), so a
+transfer-fee mint's payment must leave `pay_to` the price after the fee, and a hooked mint's
+may carry its hook's accounts.
 """
 
 from __future__ import annotations
@@ -41,10 +48,12 @@ from spl.token.constants import TOKEN_2022_PROGRAM_ID, TOKEN_PROGRAM_ID
 from spl.token.instructions import get_associated_token_address
 
 from svcpay.protocol.memo import Memos, MemoTerms
+from svcpay.protocol.mints import MintReader, MintUnavailable
 from svcpay.protocol.models import ProtocolError
 from svcpay.protocol.pricing import OneTime, PricingEntry, Terms
-from svcpay.protocol.programs import MEMO_PROGRAM
+from svcpay.protocol.programs import MEMO_PROGRAM, TOKEN_2022_PROGRAM, TOKEN_PROGRAM
 from svcpay.protocol.replay import ReplayStore
+from svcpay.protocol.token2022 import MintAtEpoch
 from svcpay.schemes.decision import Admit, Offer, PaymentRequiredFn, RawHeaders, Reply, Request
 from svcpay.schemes.x402_exact import svm
 from svcpay.schemes.x402_exact.facilitator_client import (
@@ -83,6 +92,7 @@ __all__ = [
     "X402Options",
     "X402Server",
     "check_x402_terms",
+    "terms_token_program",
 ]
 
 log = logging.getLogger("svcpay.gate.x402")
@@ -148,6 +158,30 @@ def check_x402_terms(terms: Terms) -> None:
         raise ValueError("Terms.max_timeout_seconds must be within 1 to 86400")
 
 
+def terms_token_program(terms: Terms) -> Pubkey:
+    """The token program of `terms.token`, as `terms.pay_to` tells it (the owner's
+    associated token account under that program; `check_x402_terms` holds): Token-2022 when
+    it is that program's, else SPL Token."""
+    assert terms.owner is not None
+    owner, mint = Pubkey.from_string(terms.owner), Pubkey.from_string(terms.token)
+    t22 = get_associated_token_address(owner, mint, TOKEN_2022_PROGRAM_ID)
+    return TOKEN_2022_PROGRAM if str(t22) == terms.pay_to else TOKEN_PROGRAM
+
+
+def check_mints(terms: Terms, mints: MintReader | None, what: str) -> bool:
+    """Whether payments in `terms.token` need the mint read (Token-2022); ValueError when
+    they do and there is no `mints` to read it with."""
+    if terms_token_program(terms) != TOKEN_2022_PROGRAM:
+        return False
+    if mints is None:
+        raise ValueError(
+            f"Terms.token {terms.token} is a Token-2022 mint: {what} needs `mints` (e.g. "
+            "svcpay.gate.chain.ChainMints(AsyncClient(rpc_url))) to read its transfer fee "
+            "and hook"
+        )
+    return True
+
+
 class X402Server:
     """x402 on one gate (a `GateScheme`). `facilitator` defaults to an
     `X402FacilitatorClient` of `Terms.facilitator`; `payment_ids` to a store beside
@@ -165,8 +199,12 @@ class X402Server:
         *,
         payment_ids: PaymentIdStore | None = None,
         options: X402Options | None = None,
+        mints: MintReader | None = None,
     ) -> None:
         check_x402_terms(terms)
+        self.token_program = terms_token_program(terms)
+        self.token_2022 = check_mints(terms, mints, "x402")
+        self.mints, self.mint = mints, Pubkey.from_string(terms.token)
         if facilitator is None:
             if terms.facilitator is None:
                 raise ValueError("x402 needs a facilitator: set Terms.facilitator (its URL)")
@@ -467,17 +505,32 @@ class _Payment:
             entry, memo = found
             self.requirements = server.requirements_v1(entry, memo, self.request)
         self.entry = entry
+        mint: MintAtEpoch | None = None
+        if server.token_2022:  # what the mint does now: its fee, its hook (SPL: nothing)
+            assert server.mints is not None
+            try:
+                mint = await server.mints.at_epoch(server.mint)
+            except MintUnavailable as e:
+                return server.unavailable(f"the mint {terms.token} cannot be read: {e}")
+            except ValueError as e:
+                return self.refuse(Reason.MINT_MISMATCH, f"{terms.token} is no mint: {e}")
         try:  # what the facilitator's /verify would check without the chain, here
-            svm.check_payment(
+            transfer = svm.check_payment(
                 tx,
                 fee_payer=server.fee_payer,
                 asset=terms.token,
                 pay_to=str(terms.owner),
                 amount=entry.amount,
                 memo=memo,
+                mint=mint,
             )
         except svm.Refusal as e:
             return self.refuse(e.reason, e.message)
+        if transfer.token_program != server.token_program:
+            why = (
+                f"{terms.token} moves through {server.token_program}, not {transfer.token_program}"
+            )
+            return self.refuse(Reason.MINT_MISMATCH, why)
         if (busy := server.guard.refuses()) is not None:
             return server.unavailable(busy)
         key = "x402:" + hashlib.sha256(to_bytes_versioned(tx.message)).hexdigest()

@@ -8,7 +8,10 @@ Layout, in this order (3 to 7 instructions):
     1  ComputeBudget SetComputeUnitPrice   <= MAX_COMPUTE_UNIT_PRICE, and limit * price
                                               within MAX_PRIORITY_FEE_LAMPORTS
     2  TransferChecked (SPL Token or Token-2022) of `asset` to ATA(payTo, asset), at least
-       the amount, its authority a signer other than the fee payer
+       the amount, its authority a signer other than the fee payer; for a Token-2022 mint
+       with a transfer fee, what the payee receives (the amount less the fee withheld) is
+       at least the amount asked for, and a transfer-hook mint's transfer carries its
+       hook's accounts (docs/adr/0031)
     3+ Memo or Lighthouse instructions only
 Lighthouse (`L2TE...S95`) instructions are accepted: Phantom and Solflare inject up to three
 of these assertions into every transaction they sign (they can only make it fail, never move
@@ -17,6 +20,10 @@ The fee payer (the facilitator) is the transaction's fee payer and appears in no
 instruction, so its signature authorizes nothing but the fee; exactly two signatures are
 required (fee payer and token authority); address lookup tables are refused (every account
 must be visible to these checks). docs/adr/0019.
+
+What a Token-2022 mint does to a payment (its fee schedule this epoch, its hook) is the
+caller's to say (`mint`, a `MintAtEpoch` read from the chain): the checks stay pure. Without
+it a transfer is judged as an SPL Token one, no fee and no hook.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from svcpay.protocol.programs import TOKEN_2022_PROGRAM as TOKEN_2022_PROGRAM
 from svcpay.protocol.programs import TOKEN_PROGRAM as TOKEN_PROGRAM
 from svcpay.protocol.programs import TOKEN_PROGRAMS as TOKEN_PROGRAMS
 from svcpay.protocol.programs import TRANSFER_CHECKED as TRANSFER_CHECKED
+from svcpay.protocol.token2022 import MintAtEpoch, shortfall, transfer_accounts_problem
 from svcpay.schemes.x402_exact.wire import Reason
 
 LIGHTHOUSE_PROGRAM = Pubkey.from_string("L2TExMFKdjpN9kozasaurPirfHy9P8sbXoAN1qA3S95")
@@ -77,11 +85,18 @@ class Transfer:
     mint: Pubkey
     destination: Pubkey
     authority: Pubkey  # the payer: the token account's owner, who signed
-    amount: int  # base units
+    amount: int  # base units the payer sends (gross)
     decimals: int
     memos: tuple[str, ...]
     compute_unit_limit: int
     compute_unit_price: int  # micro-lamports per unit
+    fee: int | None = None  # what a transfer-fee mint withholds in the destination; None
+    # for a mint without a transfer fee
+
+    @property
+    def net(self) -> int:
+        """What the payee receives."""
+        return self.amount - (self.fee or 0)
 
 
 @lru_cache(maxsize=4096)  # a PDA search per payment otherwise; a gate has a few payTo
@@ -114,6 +129,7 @@ def check_payment(
     pay_to: str,
     amount: int,
     memo: str | None = None,
+    mint: MintAtEpoch | None = None,
 ) -> Transfer:
     """The transfer `tx` makes, if it pays at least `amount` of `asset` to ATA(`pay_to`) by
     the layout above with `fee_payer` as the sponsor; Refusal with x402's reason otherwise.
@@ -121,11 +137,15 @@ def check_payment(
     Args:
         tx: the client-signed transaction (the fee payer's signature slot still empty).
         fee_payer: the sponsor's address (extra.feePayer, already known to be ours).
-        asset, pay_to, amount: the requirements' mint, wallet and base units.
+        asset, pay_to, amount: the requirements' mint, wallet and base units (what the
+            payee must receive).
         memo: extra.memo: when given, exactly one memo instruction must carry it.
+        mint: `asset` now, for a transfer through Token-2022 (`names_token_2022(tx)`):
+            its token program, the fee schedule in force and its hook. None: no fee, no
+            hook (an SPL Token mint needs none).
     """
     try:
-        return _check(tx, fee_payer, asset, pay_to, amount, memo)
+        return _check(tx, fee_payer, asset, pay_to, amount, memo, mint)
     except IndexError as e:  # an index past the accounts the message carries
         raise Refusal(Reason.INVALID_PAYLOAD, "an instruction names accounts it lacks") from e
 
@@ -137,6 +157,7 @@ def _check(
     pay_to: str,
     amount: int,
     memo: str | None,
+    mint_now: MintAtEpoch | None,
 ) -> Transfer:
     msg = tx.message
     keys = list(msg.account_keys)
@@ -182,7 +203,7 @@ def _check(
         program not in TOKEN_PROGRAMS
         or len(data) != 10
         or data[0] != TRANSFER_CHECKED
-        or len(transfer_accounts) != 4
+        or len(transfer_accounts) < 4
     ):
         raise Refusal(Reason.NO_TRANSFER, "the third instruction must be a TransferChecked")
     for index, program_id in enumerate(programs[3:]):
@@ -192,7 +213,7 @@ def _check(
                 f"instruction {index + 4} (program {program_id}) is neither a memo nor Lighthouse",
             )
 
-    source, mint, destination, authority = transfer_accounts
+    source, mint, destination, authority = transfer_accounts[:4]
     optional = zip(programs[3:], datas[3:], strict=True)
     memos = tuple(d.decode("utf-8", "replace") for p, d in optional if p == MEMO_PROGRAM)
     if memo is not None:
@@ -202,6 +223,13 @@ def _check(
             raise Refusal(Reason.MEMO_MISMATCH, "the memo is not the one the terms give")
     if str(mint) != asset:
         raise Refusal(Reason.MINT_MISMATCH, f"the transfer's mint is {mint}, not {asset}")
+    if mint_now is not None and mint_now.program != program:
+        raise Refusal(
+            Reason.MINT_MISMATCH,
+            f"the transfer goes through {program}; {asset} is a mint of {mint_now.program}",
+        )
+    if (problem := transfer_accounts_problem(transfer_accounts, mint, mint_now)) is not None:
+        raise Refusal(Reason.INVALID_PAYLOAD, problem)
     expected = associated_token_address(Pubkey.from_string(pay_to), mint, program)
     if destination != expected:
         raise Refusal(
@@ -209,7 +237,12 @@ def _check(
             f"the transfer goes to {destination}, not ATA(payTo, asset) = {expected}",
         )
     paid = struct.unpack_from("<Q", data, 1)[0]
-    if paid < amount:
+    fee = None
+    if mint_now is not None and mint_now.has_fee:  # judged by what the payee receives
+        fee = mint_now.fee_for(paid)
+        if (short := shortfall(mint_now, paid, amount)) is not None:
+            raise Refusal(Reason.AMOUNT_INSUFFICIENT, f"the transfer pays {paid}, {short}")
+    elif paid < amount:
         raise Refusal(
             Reason.AMOUNT_INSUFFICIENT, f"the transfer pays {paid}, the price is {amount}"
         )
@@ -229,6 +262,7 @@ def _check(
         memos=memos,
         compute_unit_limit=limit,
         compute_unit_price=price,
+        fee=fee,
     )
 
 

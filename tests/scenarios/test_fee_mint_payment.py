@@ -48,10 +48,10 @@ from svcpay.schemes.x402_exact.wire import (
     decode_json,
     parse,
 )
-from tests.program.test_token2022 import HOOK, hook_transfers, t22_mint
 from tests.support.billing import USDC
 from tests.support.chain import Chain
 from tests.support.facilitator import FACILITATOR_URL, InProcessFacilitator, in_process_facilitator
+from tests.support.token2022 import HOOK, hook_transfers, t22_mint
 from tests.support.x402_tx import ExactPayment
 
 pytestmark = pytest.mark.anyio

@@ -3,8 +3,8 @@ spec's three flows against them, then a session (demo/sessions.py).
 
 With `token_2022` (`--token-2022`) the plans, so the subscription, its renewal and metered
 billing, are priced in a PYUSD-like Token-2022 mint (6 decimals, a transfer hook, a
-permanent delegate, a zero transfer fee); one-time payments and the session stay in USDC,
-which their transactions need (the demo's output says why).
+permanent delegate, a zero transfer fee); one-time payments and the session stay in USDC:
+the example API sells its plans in one token and single calls in another.
 
 Processes: the local validator (svcpay's drop-in, which can move its clock), the facilitator
 (`svcpay facilitator serve`: settlement API, billing crank, webhooks, indexer, analytics; on
@@ -252,9 +252,9 @@ def set_up_chain(chain: Chain, token_2022: bool = False) -> World:
     say(f"   billing authority: the resource server's key {server_authority.pubkey()}")
     say(f"both plans in one transaction: {created.compute_units:,} compute units")
     if plans_in.token_2022:
-        say("one-time payments (1, 1b, 1c) and the session (5) stay in USDC: x402's and MPP's")
-        say("   transfers carry TransferChecked's four accounts and no hook's, svcpay's proof")
-        say("   takes SPL Token, and the session client does not resolve a hook's accounts")
+        say("one-time payments (1, 1b, 1c) and the session (5) stay in USDC: the example API")
+        say("   sells its plans in one token (--plan-mint) and single calls in another; both")
+        say("   work in PYUSD (docs/adr/0030, 0031)")
     client = Keypair()
     chain.token_account(client.pubkey(), mint, amount=CLIENT_FUNDS)
     funds = usdc(CLIENT_FUNDS)

@@ -25,7 +25,7 @@ def test_migrate_then_provider_create_prints_a_working_key_once(
 ) -> None:
     db = f"sqlite:///{tmp_path / 'f.db'}"
     migrated = offline_cli.ok("facilitator", "migrate", "--database", db)
-    assert (migrated["from"], migrated["to"]) == (None, "0005")
+    assert (migrated["from"], migrated["to"]) == (None, "0006")
     plan = str(Keypair().pubkey())
 
     made = offline_cli.ok(

@@ -18,6 +18,7 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from svcpay.facilitator.analytics import DAY, chart_png, parse_range, report
+from svcpay.facilitator.lifecycle import from_program_event
 from svcpay.facilitator.store import Event, Store, new_id
 
 pytestmark = pytest.mark.anyio
@@ -79,6 +80,16 @@ def ev(
         mode=mode,
         amount=amount,
     )
+
+
+def vol(volume: int | str, payments: int, fees: int = 0) -> dict[str, Any]:
+    """A report's volume entry: gross, fees withheld, net, payments."""
+    return {
+        "volume": str(volume),
+        "fees": str(fees),
+        "net": str(int(volume) - fees),
+        "payments": payments,
+    }
 
 
 def plan_created(plan: str, at: int, amount: int, period: int) -> Event:
@@ -190,10 +201,12 @@ def day(
     new: int = 0,
     churned: int = 0,
     active: int = 0,
+    fees: int = 0,
 ) -> dict[str, Any]:
     return {
         "date": date,
         "volume": str(one_time + subscription + metered + session),
+        "fees": str(fees),
         "oneTime": str(one_time),
         "subscription": str(subscription),
         "metered": str(metered),
@@ -214,13 +227,12 @@ async def test_the_report_for_all_providers(store: Store) -> None:
     )  # fmt: skip
     assert got["provider"] is None
     assert got["totals"] == {
-        "volume": str(45_400_000),
-        "payments": 13,
+        **vol(45_400_000, 13),
         "byMode": {
-            "oneTime": {"volume": str(3_500_000), "payments": 3},
-            "subscription": {"volume": str(41 * M), "payments": 6},
-            "metered": {"volume": str(400_000), "payments": 2},
-            "session": {"volume": str(500_000), "payments": 2},
+            "oneTime": vol(str(3_500_000), 3),
+            "subscription": vol(str(41 * M), 6),
+            "metered": vol(str(400_000), 2),
+            "session": vol(str(500_000), 2),
         },
     }
     assert got["days"] == [
@@ -233,15 +245,15 @@ async def test_the_report_for_all_providers(store: Store) -> None:
         day("2024-03-07", subscription=12 * M, payments=1, new=1, active=5),
     ]
     assert got["byPlan"] == [
-        {"plan": PA1, "volume": str(20_400_000), "payments": 4},
-        {"plan": PB1, "volume": str(17 * M), "payments": 2},
-        {"plan": PX, "volume": str(3 * M), "payments": 1},
-        {"plan": PA2, "volume": str(1 * M), "payments": 1},
+        {"plan": PA1, **vol(str(20_400_000), 4)},
+        {"plan": PB1, **vol(str(17 * M), 2)},
+        {"plan": PX, **vol(str(3 * M), 1)},
+        {"plan": PA2, **vol(str(1 * M), 1)},
     ]
     assert got["byProvider"] == [
-        {"provider": a, "name": "Provider A", "volume": str(25_400_000), "payments": 7},
-        {"provider": b, "name": "Provider B", "volume": str(19_500_000), "payments": 5},
-        {"provider": None, "name": None, "volume": str(500_000), "payments": 1},
+        {"provider": a, "name": "Provider A", **vol(str(25_400_000), 7)},
+        {"provider": b, "name": "Provider B", **vol(str(19_500_000), 5)},
+        {"provider": None, "name": None, **vol(str(500_000), 1)},
     ]
     # S1, S2, S3 (cancelled at period end, not ended yet), S6, S7; S4 churned, S5 before
     assert got["subscriptions"] == {"active": 5, "new": 5, "churned": 1}
@@ -254,8 +266,8 @@ async def test_a_provider_sees_only_its_own(store: Store) -> None:
     got_a = await report(store, provider_id=a, start=D0, end=END)
     assert "byProvider" not in got_a and got_a["provider"] == a
     assert got_a["totals"]["volume"] == str(25_400_000) and got_a["totals"]["payments"] == 7
-    assert got_a["totals"]["byMode"]["oneTime"] == {"volume": str(1 * M), "payments": 1}
-    assert got_a["totals"]["byMode"]["metered"] == {"volume": str(400_000), "payments": 2}
+    assert got_a["totals"]["byMode"]["oneTime"] == vol(str(1 * M), 1)
+    assert got_a["totals"]["byMode"]["metered"] == vol(str(400_000), 2)
     assert [p["plan"] for p in got_a["byPlan"]] == [PA1, PX, PA2]
     assert got_a["subscriptions"] == {"active": 4, "new": 3, "churned": 0}
     assert got_a["recurringRevenue"]["monthly"] == "27285714"  # 20 + 30/7 + 3 tokens
@@ -263,7 +275,7 @@ async def test_a_provider_sees_only_its_own(store: Store) -> None:
 
     got_b = await report(store, provider_id=b, start=D0, end=END)
     assert got_b["totals"]["volume"] == str(19_500_000) and got_b["totals"]["payments"] == 5
-    assert got_b["byPlan"] == [{"plan": PB1, "volume": str(17 * M), "payments": 2}]
+    assert got_b["byPlan"] == [{"plan": PB1, **vol(str(17 * M), 2)}]
     assert got_b["subscriptions"] == {"active": 1, "new": 2, "churned": 1}
     assert got_b["recurringRevenue"]["monthly"] == "986301"  # 12 * 30/365 tokens
     assert [d["churned"] for d in got_b["days"]] == [0, 0, 0, 1, 0, 0, 0]
@@ -315,15 +327,58 @@ async def test_an_empty_range_has_every_day_at_zero(store: Store) -> None:
     start = int(datetime(2023, 1, 1, tzinfo=UTC).timestamp())
     got = await report(store, provider_id=None, start=start, end=start + 3 * DAY)
     assert got["days"] == [day("2023-01-01"), day("2023-01-02"), day("2023-01-03")]
-    zero = {"volume": "0", "payments": 0}
+    zero = vol("0", 0)
     assert got["totals"] == {
-        "volume": "0",
-        "payments": 0,
+        **zero,
         "byMode": {"oneTime": zero, "subscription": zero, "metered": zero, "session": zero},
     }
     assert got["byPlan"] == [] and got["byProvider"] == []
     assert got["subscriptions"] == {"active": 0, "new": 0, "churned": 0}
     assert got["recurringRevenue"] == {"monthly": "0", "basis": "30-day"}
+
+
+async def test_fees_a_fee_mint_withheld_are_reported_beside_gross_and_net(store: Store) -> None:
+    """Token-2022 transfer-fee mints (docs/adr/0030, 0031): volume stays what payers sent,
+    `fees` what the mints withheld, `net` what providers received; events without a fee
+    (other mints) count as 0."""
+    a, _ = await providers(store)
+    for e in [
+        plan_created(PA1, D0 - DAY, 10 * M, 30 * DAY),
+        replace(sub_created("S1", PA1, D0 + HOUR, 10 * M), fee=10_000),
+        replace(renewed("S1", PA1, D0 + DAY, 10 * M), fee=10_000),
+        replace(deducted("S1", D0 + DAY + HOUR, 300_000), fee=4_500),
+        replace(paid(PAY_A, D0 + 2 * DAY, 304_569), fee=4_569),
+        paid(PAY_A, D0 + 2 * DAY + HOUR, 1 * M),  # an SPL Token payment: no fee
+    ]:
+        assert await store.events.add(e)
+    got = await report(store, provider_id=a, start=D0, end=D0 + 3 * DAY)
+    fees = 10_000 + 10_000 + 4_500 + 4_569
+    assert {k: got["totals"][k] for k in ("volume", "fees", "net", "payments")} == vol(
+        20 * M + 300_000 + 304_569 + M, 5, fees
+    )
+    assert got["totals"]["byMode"]["subscription"] == vol(20 * M, 2, 20_000)
+    assert got["totals"]["byMode"]["metered"] == vol(300_000, 1, 4_500)
+    assert got["totals"]["byMode"]["oneTime"] == vol(304_569 + M, 2, 4_569)
+    assert got["byPlan"] == [{"plan": PA1, **vol(20_300_000, 3, 24_500)}]
+    assert [d["fees"] for d in got["days"]] == ["10000", "14500", "4569"]
+
+
+async def test_the_program_events_fee_reaches_the_events_table(store: Store) -> None:
+    """SubscriptionRenewed (and the other payments) carry gross `amount`, `fee` and `net`;
+    the lifecycle event keeps them in its data and the fee in its column."""
+    a, _ = await providers(store)
+    fields = {"subscription": "S1", "plan": PA1, "amount": 10 * M, "fee": 10_000,
+              "net": 10 * M - 10_000, "periodStart": D0, "periodEnd": D0 + 30 * DAY,
+              "cyclesBilled": 2, "recovered": False}  # fmt: skip
+    (event,) = from_program_event("SubscriptionRenewed", fields, signature="sig", index=0, at=D0)
+    assert (event.amount, event.fee) == (10 * M, 10_000)
+    assert (event.data["fee"], event.data["net"]) == (10_000, 10 * M - 10_000)
+    plain = dict(fields, fee=0, net=10 * M)
+    (spl,) = from_program_event("SubscriptionRenewed", plain, signature="sig", index=1, at=D0)
+    assert spl.fee is None
+    await store.events.add_many([event, spl])
+    got = await report(store, provider_id=a, start=D0, end=D0 + DAY)
+    assert got["totals"]["byMode"]["subscription"] == vol(20 * M, 2, 10_000)
 
 
 async def test_sums_beyond_a_double_stay_exact(store: Store) -> None:

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.anyio
 def test_migrations_build_exactly_the_declared_schema(database_url: str) -> None:
     db.migrate(database_url)
     db.migrate(database_url)  # idempotent
-    assert db.current_revision(database_url) == "0005"
+    assert db.current_revision(database_url) == "0006"
     engine = sa.create_engine(db.sync_url(database_url))
     with engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), db.metadata)
@@ -35,7 +35,7 @@ async def test_an_older_schema_upgrades_with_its_data(database_url: str) -> None
     finally:
         await old.close()
     db.migrate(database_url)
-    assert db.current_revision(database_url) == "0005"
+    assert db.current_revision(database_url) == "0006"
     store = Store.open(database_url)
     try:
         assert (await store.providers.get(provider) or {}).get("name") == "before the upgrade"

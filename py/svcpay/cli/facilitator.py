@@ -407,7 +407,10 @@ def analytics_lines(data: dict[str, Any], provider: str | None) -> list[str]:
     totals = data["totals"]
 
     def paid(row: dict[str, Any]) -> str:
-        return f"{row['volume']} in {row['payments']} payment{'s' * (row['payments'] != 1)}"
+        text = f"{row['volume']} in {row['payments']} payment{'s' * (row['payments'] != 1)}"
+        if row.get("fees", "0") != "0":  # a Token-2022 transfer-fee mint withheld some
+            text += f" (fees {row['fees']}, net {row['net']})"
+        return text
 
     rows: list[tuple[str, object]] = [
         ("volume", paid(totals)),

@@ -28,7 +28,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from fractions import Fraction
@@ -157,119 +157,145 @@ def _amount(value: Any) -> int:
     return int(value) if value is not None else 0
 
 
-async def report(store: Store, *, provider_id: str | None, start: int, end: int) -> dict[str, Any]:
-    """The analytics of [start, end) (unix seconds), for one provider or (None) for all.
+@dataclass(frozen=True)
+class _Scope:
+    """The events a report counts: [start, end), one provider's or (None) everyone's."""
 
-    `{"from", "to"` (first and last UTC day), `"start", "end", "provider", "totals": {"volume",
-    "payments", "byMode": {"oneTime"|"subscription"|"metered"|"session": {"volume", "payments"}}},
-    "days": [{"date", "volume", "oneTime", "subscription", "metered", "session", "payments",
-    "newSubscriptions", "churned", "activeSubscriptions"}]` (every day, zeros included;
-    active at the day's end), `"byPlan": [{"plan", "volume", "payments"}]` (payments with a
-    plan, largest first), `"byProvider": [{"provider", "name", "volume", "payments"}]` (only
-    for all providers; provider None: payments to no registered provider), `"subscriptions":
-    {"active", "new", "churned"}, "recurringRevenue": {"monthly", "basis": "30-day"}}`.
-    Amounts are decimal strings of base units."""
-    if not 0 <= start < end:
-        raise ValueError(f"not a range: start {start}, end {end}")
+    provider_id: str | None
+    start: int
+    end: int
+
+    @property
+    def mine(self) -> list[Any]:
+        c = events.c
+        return [c.provider_id == self.provider_id] if self.provider_id is not None else []
+
+    @property
+    def paid(self) -> list[Any]:
+        """The payments in range: events with a mode and an amount."""
+        c = events.c
+        return [
+            c.created_at >= self.start,
+            c.created_at < self.end,
+            c.mode.in_(list(MODES)),
+            c.amount.isnot(None),
+            *self.mine,
+        ]
+
+
+_C = events.c
+_DAY = (_C.created_at - _C.created_at % sa.literal_column(str(DAY))).label("day")
+_VOLUME = sa.type_coerce(sa.func.sum(_C.amount), sa.BigInteger)  # exact on SQLite too
+_FEES = sa.type_coerce(sa.func.sum(sa.func.coalesce(_C.fee, 0)), sa.BigInteger)
+_COUNT = sa.func.count()
+
+
+@dataclass(frozen=True)
+class _Volume:
+    """Payments' gross volume (what payers sent), the fees transfer-fee mints withheld of
+    it, and how many there were; net is what the payees received."""
+
+    volume: int = 0
+    fees: int = 0
+    payments: int = 0
+
+    def __add__(self, other: _Volume) -> _Volume:
+        return _Volume(
+            self.volume + other.volume, self.fees + other.fees, self.payments + other.payments
+        )
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "volume": str(self.volume),
+            "fees": str(self.fees),
+            "net": str(self.volume - self.fees),
+            "payments": self.payments,
+        }
+
+
+def _volume(v: Any, fees: Any, n: Any) -> _Volume:
+    return _Volume(_amount(v), _amount(fees), int(n))
+
+
+_ByDayMode = dict[tuple[int, str], _Volume]
+_ByPlan = list[tuple[str, _Volume]]
+_ByProvider = list[tuple[str | None, str | None, _Volume]]
+
+
+async def _volumes(conn: Any, scope: _Scope) -> tuple[_ByDayMode, _ByPlan, _ByProvider]:
+    """Volume by (day, mode), by plan, and (for everyone's report) by provider."""
     c = events.c
-    day = (c.created_at - c.created_at % sa.literal_column(str(DAY))).label("day")
-    volume = sa.type_coerce(sa.func.sum(c.amount), sa.BigInteger)  # exact on SQLite too
-    count = sa.func.count()
-    scope = [c.provider_id == provider_id] if provider_id is not None else []
-    paid = [
-        c.created_at >= start,
-        c.created_at < end,
-        c.mode.in_(list(MODES)),
-        c.amount.isnot(None),
-        *scope,
+    by_day_mode = {
+        (int(d), str(mode)): _volume(v, f, n)
+        for d, mode, v, f, n in await conn.execute(
+            sa.select(_DAY, c.mode, _VOLUME, _FEES, _COUNT)
+            .where(*scope.paid)
+            .group_by(_DAY, c.mode)
+        )
+    }
+    by_plan = [
+        (str(plan), _volume(v, f, n))
+        for plan, v, f, n in await conn.execute(
+            sa.select(c.plan, _VOLUME, _FEES, _COUNT)
+            .where(*scope.paid, c.plan.isnot(None))
+            .group_by(c.plan)
+        )
     ]
+    by_provider: _ByProvider = []
+    if scope.provider_id is None:
+        by_provider = [
+            (provider, name, _volume(v, f, n))
+            for provider, name, v, f, n in await conn.execute(
+                sa.select(c.provider_id, providers.c.name, _VOLUME, _FEES, _COUNT)
+                .select_from(events.outerjoin(providers, providers.c.id == c.provider_id))
+                .where(*scope.paid)
+                .group_by(c.provider_id, providers.c.name)
+            )
+        ]
+    return by_day_mode, by_plan, by_provider
+
+
+async def _subscriptions(
+    conn: Any, scope: _Scope
+) -> tuple[dict[str, _Subscription], dict[str, tuple[int, int]]]:
+    """Every subscription created before the range's end (with its first churn, if any),
+    and the terms (amount, periodSecs) of their plans, from plan.created."""
+    c = events.c
     created = sa.select(c.subscription).where(
-        c.type == CREATED, c.created_at < end, c.subscription.isnot(None), *scope
+        c.type == CREATED, c.created_at < scope.end, c.subscription.isnot(None), *scope.mine
     )
-
-    async with store.engine.connect() as conn:
-        if store.dialect == "postgresql":  # one snapshot for all the queries
-            await conn.execution_options(isolation_level="REPEATABLE READ")
-        by_day_mode = (
-            await conn.execute(
-                sa.select(day, c.mode, volume, count).where(*paid).group_by(day, c.mode)
-            )
-        ).all()
-        by_plan = (
-            await conn.execute(
-                sa.select(c.plan, volume, count).where(*paid, c.plan.isnot(None)).group_by(c.plan)
-            )
-        ).all()
-        by_provider: Sequence[Any] = []
-        if provider_id is None:
-            by_provider = (
-                await conn.execute(
-                    sa.select(c.provider_id, providers.c.name, volume, count)
-                    .select_from(events.outerjoin(providers, providers.c.id == c.provider_id))
-                    .where(*paid)
-                    .group_by(c.provider_id, providers.c.name)
-                )
-            ).all()
-        subs_rows = (
-            await conn.execute(
-                sa.select(
-                    c.subscription,
-                    c.plan,
-                    sa.type_coerce(c.amount, sa.BigInteger),
-                    c.created_at,
-                )
-                .where(c.type == CREATED, c.created_at < end, c.subscription.isnot(None), *scope)
-                .order_by(c.created_at, c.seq)
-            )
-        ).all()
-        churn_rows = (
-            await conn.execute(
-                sa.select(c.subscription, c.type, c.created_at, c.data)
-                .where(
-                    c.type.in_(CHURN_TYPES),
-                    c.created_at < end,
-                    c.subscription.in_(created.scalar_subquery()),
-                )
-                .order_by(c.created_at, c.seq)
-            )
-        ).all()
-        plan_rows = (
-            await conn.execute(
-                sa.select(c.plan, c.data)
-                .where(
-                    c.type == "plan.created",
-                    c.plan.in_(
-                        sa.select(c.plan)
-                        .where(c.type == CREATED, c.created_at < end, *scope)
-                        .scalar_subquery()
-                    ),
-                )
-                .order_by(c.seq)
-            )
-        ).all()
-
-    # subscriptions: created, churned (first churn event), per day
     subs: dict[str, _Subscription] = {}
-    for sub, plan, amount, created_at in subs_rows:
+    for sub, plan, amount, created_at in await conn.execute(
+        sa.select(c.subscription, c.plan, sa.type_coerce(c.amount, sa.BigInteger), c.created_at)
+        .where(c.type == CREATED, c.created_at < scope.end, c.subscription.isnot(None), *scope.mine)
+        .order_by(c.created_at, c.seq)
+    ):
         subs.setdefault(sub, _Subscription(plan, _amount(amount), int(created_at)))
-    for sub, event_type, at, data in churn_rows:
+    for sub, event_type, at, data in await conn.execute(
+        sa.select(c.subscription, c.type, c.created_at, c.data)
+        .where(
+            c.type.in_(CHURN_TYPES),
+            c.created_at < scope.end,
+            c.subscription.in_(created.scalar_subquery()),
+        )
+        .order_by(c.created_at, c.seq)
+    ):
         s = subs.get(sub)
         if s is not None and s.churned_at is None and _churns(event_type, data):
             s.churned_at = int(at)
-    new_by_day: Counter[int] = Counter()
-    churned_by_day: Counter[int] = Counter()
-    active_at_start = 0
-    for s in subs.values():
-        if s.created_at < start:
-            active_at_start += s.churned_at is None or s.churned_at >= start
-        else:
-            new_by_day[day_start(s.created_at)] += 1
-        if s.churned_at is not None and s.churned_at >= start:
-            churned_by_day[day_start(s.churned_at)] += 1
-
-    # recurring revenue of the subscriptions active at `end`
     plans: dict[str, tuple[int, int]] = {}  # plan -> (amount, periodSecs)
-    for plan, data in plan_rows:
+    for plan, data in await conn.execute(
+        sa.select(c.plan, c.data)
+        .where(
+            c.type == "plan.created",
+            c.plan.in_(
+                sa.select(c.plan)
+                .where(c.type == CREATED, c.created_at < scope.end, *scope.mine)
+                .scalar_subquery()
+            ),
+        )
+        .order_by(c.seq)
+    ):
         try:
             parsed = json.loads(data)
         except ValueError:
@@ -279,76 +305,110 @@ async def report(store: Store, *, provider_id: str | None, start: int, end: int)
         amount, period = _int(parsed.get("amount")), _int(parsed.get("periodSecs"))
         if amount is not None and period:
             plans.setdefault(plan, (amount, period))
+    return subs, plans
+
+
+def _recurring_monthly(subs: dict[str, _Subscription], plans: dict[str, tuple[int, int]]) -> int:
+    """The 30-day revenue of the subscriptions that have not churned, to the nearest unit."""
     monthly = Fraction(0)
     for s in subs.values():
         if s.churned_at is None:
             amount, period = plans.get(s.plan or "", (s.amount, MONTH))
             monthly += Fraction(amount * MONTH, period)
+    return math.floor(monthly + Fraction(1, 2))
 
-    # volume per day and mode
-    volumes: dict[tuple[int, str], tuple[int, int]] = {
-        (int(d), str(mode)): (_amount(v), int(n)) for d, mode, v, n in by_day_mode
-    }
+
+def _days(
+    scope: _Scope, volumes: dict[tuple[int, str], _Volume], subs: dict[str, _Subscription]
+) -> list[dict[str, Any]]:
+    """Every UTC day of the range: volume by mode, fees, payments, new, churned and active
+    subscriptions (active at the day's end)."""
+    new_by_day: Counter[int] = Counter()
+    churned_by_day: Counter[int] = Counter()
+    active = 0
+    for s in subs.values():
+        if s.created_at < scope.start:
+            active += s.churned_at is None or s.churned_at >= scope.start
+        else:
+            new_by_day[day_start(s.created_at)] += 1
+        if s.churned_at is not None and s.churned_at >= scope.start:
+            churned_by_day[day_start(s.churned_at)] += 1
     days: list[dict[str, Any]] = []
-    active = active_at_start
-    for d in range(day_start(start), day_start(end - 1) + DAY, DAY):
+    for d in range(day_start(scope.start), day_start(scope.end - 1) + DAY, DAY):
         row: dict[str, Any] = {"date": iso_day(d)}
-        total, payments = 0, 0
+        total = _Volume()
         for mode, key in MODES.items():
-            v, n = volumes.get((d, mode), (0, 0))
-            row[key] = str(v)
-            total, payments = total + v, payments + n
+            v = volumes.get((d, mode), _Volume())
+            row[key] = str(v.volume)
+            total += v
         active += new_by_day[d] - churned_by_day[d]
         row.update(
-            volume=str(total),
-            payments=payments,
+            volume=str(total.volume),
+            fees=str(total.fees),
+            payments=total.payments,
             newSubscriptions=new_by_day[d],
             churned=churned_by_day[d],
             activeSubscriptions=active,
         )
         days.append(row)
+    return days
+
+
+async def report(store: Store, *, provider_id: str | None, start: int, end: int) -> dict[str, Any]:
+    """The analytics of [start, end) (unix seconds), for one provider or (None) for all.
+
+    `{"from", "to"` (first and last UTC day), `"start", "end", "provider", "totals": {"volume",
+    "fees", "net", "payments", "byMode": {"oneTime"|"subscription"|"metered"|"session":
+    {"volume", "fees", "net", "payments"}}}, "days": [{"date", "volume", "fees", "oneTime",
+    "subscription", "metered", "session", "payments", "newSubscriptions", "churned",
+    "activeSubscriptions"}]` (every day, zeros included; active at the day's end),
+    `"byPlan": [{"plan", "volume", "fees", "net", "payments"}]` (payments with a plan,
+    largest first), `"byProvider": [{"provider", "name", "volume", "fees", "net",
+    "payments"}]` (only for all providers; provider None: payments to no registered
+    provider), `"subscriptions": {"active", "new", "churned"}, "recurringRevenue":
+    {"monthly", "basis": "30-day"}}`. Amounts are decimal strings of base units: `volume` is
+    what payers sent, `fees` what Token-2022 transfer-fee mints withheld of it, `net` what
+    payees received (docs/adr/0030)."""
+    if not 0 <= start < end:
+        raise ValueError(f"not a range: start {start}, end {end}")
+    scope = _Scope(provider_id, start, end)
+    async with store.engine.connect() as conn:
+        if store.dialect == "postgresql":  # one snapshot for all the queries
+            await conn.execution_options(isolation_level="REPEATABLE READ")
+        volumes, by_plan, by_provider = await _volumes(conn, scope)
+        subs, plans = await _subscriptions(conn, scope)
+
+    days = _days(scope, volumes, subs)
     by_mode = {
-        key: {
-            "volume": str(sum(v for (_, m), (v, _) in volumes.items() if m == mode)),
-            "payments": sum(n for (_, m), (_, n) in volumes.items() if m == mode),
-        }
+        key: sum((v for (_, m), v in volumes.items() if m == mode), _Volume()).json()
         for mode, key in MODES.items()
     }
-
     out: dict[str, Any] = {
         "from": iso_day(start),
         "to": iso_day(end - 1),
         "start": start,
         "end": end,
         "provider": provider_id,
-        "totals": {
-            "volume": str(sum(v for v, _ in volumes.values())),
-            "payments": sum(n for _, n in volumes.values()),
-            "byMode": by_mode,
-        },
+        "totals": {**sum(volumes.values(), _Volume()).json(), "byMode": by_mode},
         "days": days,
         "byPlan": [
-            {"plan": plan, "volume": str(v), "payments": int(n)}
-            for plan, v, n in sorted(
-                ((p, _amount(v), n) for p, v, n in by_plan), key=lambda r: (-r[1], r[0])
-            )
+            {"plan": plan, **v.json()}
+            for plan, v in sorted(by_plan, key=lambda r: (-r[1].volume, r[0]))
         ],
         "subscriptions": {
             "active": sum(s.churned_at is None for s in subs.values()),
-            "new": sum(new_by_day.values()),
-            "churned": sum(churned_by_day.values()),
+            "new": sum(1 for s in subs.values() if s.created_at >= start),
+            "churned": sum(
+                1 for s in subs.values() if s.churned_at is not None and s.churned_at >= start
+            ),
         },
-        "recurringRevenue": {
-            "monthly": str(math.floor(monthly + Fraction(1, 2))),
-            "basis": "30-day",
-        },
+        "recurringRevenue": {"monthly": str(_recurring_monthly(subs, plans)), "basis": "30-day"},
     }
     if provider_id is None:
         out["byProvider"] = [
-            {"provider": p, "name": name, "volume": str(v), "payments": int(n)}
-            for p, name, v, n in sorted(
-                ((p, name, _amount(v), n) for p, name, v, n in by_provider),
-                key=lambda r: (-r[2], r[0] is None, r[0] or ""),
+            {"provider": p, "name": name, **v.json()}
+            for p, name, v in sorted(
+                by_provider, key=lambda r: (-r[2].volume, r[0] is None, r[0] or "")
             )
         ]
     return out

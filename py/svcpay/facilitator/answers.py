@@ -148,8 +148,22 @@ class SupportedHere(Supported):
 Count = Annotated[int, Field(ge=0)]
 
 
+Fees = Annotated[
+    str,
+    Field(
+        pattern="^[0-9]+$",
+        description="base units withheld of `volume` by Token-2022 transfer-fee mints",
+    ),
+]
+Net = Annotated[
+    str, Field(pattern="^[0-9]+$", description="base units the payees received: volume - fees")
+]
+
+
 class Volume(Body):
-    volume: Units
+    volume: Units = Field(description="base units the payers sent")
+    fees: Fees
+    net: Net
     payments: Count
 
 
@@ -160,9 +174,7 @@ class VolumeByMode(Body):
     session: Volume
 
 
-class AnalyticsTotals(Body):
-    volume: Units
-    payments: Count
+class AnalyticsTotals(Volume):
     by_mode: VolumeByMode
 
 
@@ -175,16 +187,15 @@ class AnalyticsDay(Body):
     metered: Units
     session: Units
     volume: Units
+    fees: Fees
     payments: Count
     new_subscriptions: Count
     churned: Count
     active_subscriptions: int | None = Field(default=None, description="at the day's end")
 
 
-class PlanVolume(Body):
+class PlanVolume(Volume):
     plan: str
-    volume: Units
-    payments: Count
 
 
 class SubscriptionCounts(Body):

@@ -99,6 +99,7 @@ events = sa.Table(
     sa.Index("ix_events_provider_seq", "provider_id", "seq"),  # migration 0002
     sa.Column("session", sa.String(64)),  # migration 0004: a session event's session
     sa.Index("ix_events_session", "session"),
+    sa.Column("fee", Amount),  # migration 0006: withheld by a transfer-fee mint (else NULL)
 )
 
 webhook_endpoints = sa.Table(

@@ -108,6 +108,8 @@ def from_program_event(
     def ev(
         kind: str, *, suffix: str = "", mode: str | None = None, amount: int | None = None
     ) -> Event:
+        # A payment's fee, withheld by a Token-2022 transfer-fee mint (0 otherwise: None).
+        fee = data.get("fee") if amount is not None else None
         return Event(
             id="evt_" + uuid.uuid5(uuid.NAMESPACE_URL, key + suffix).hex[:24],
             type=kind,
@@ -120,6 +122,7 @@ def from_program_event(
             session=session,
             mode=mode,
             amount=amount,
+            fee=int(fee) if isinstance(fee, int) and fee > 0 else None,
         )
 
     amount = int(data["amount"]) if isinstance(data.get("amount"), int) else None

@@ -395,6 +395,7 @@ class Settler:
             },
             mode="one-time",
             amount=gross,
+            fee=fee or None,
         )
         try:
             stored, won = await self.store.settlements.finish(

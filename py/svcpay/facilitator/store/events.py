@@ -31,7 +31,8 @@ class Event:
     subscription: str | None = None
     session: str | None = None
     mode: str | None = None
-    amount: int | None = None
+    amount: int | None = None  # the gross a payment moved (analytics' volume)
+    fee: int | None = None  # what a transfer-fee mint withheld of it (None: no fee mint)
     seq: int | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -113,6 +114,7 @@ class Events(Part):
                     "session": event.session,
                     "mode": event.mode,
                     "amount": event.amount,
+                    "fee": event.fee,
                     "data": json.dumps(event.data, separators=(",", ":")),
                 }
             )
@@ -150,5 +152,6 @@ def _event(m: Any) -> Event:
         session=m["session"],
         mode=m["mode"],
         amount=int(m["amount"]) if m["amount"] is not None else None,
+        fee=int(m["fee"]) if m["fee"] is not None else None,
         seq=m["seq"],
     )

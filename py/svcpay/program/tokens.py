@@ -4,30 +4,20 @@ svc_billing takes SPL Token and Token-2022 mints alike (docs/adr/0030). Every in
 that moves tokens needs the mint's token program, and for a Token-2022 mint with a transfer
 hook, the hook's extra accounts, its program and its validation account as remaining
 accounts: the program forwards them to Token-2022, which calls the hook. `TokenRoutes`
-reads a mint once (its program never changes) and resolves those accounts per transfer.
+reads a mint at most once a minute and resolves those accounts per transfer.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from solana.rpc.async_api import AsyncClient
-from solana.rpc.commitment import Confirmed
 from solders.instruction import AccountMeta
 from solders.pubkey import Pubkey
 
-from svcpay.protocol.token2022 import (
-    MintInfo,
-    mint_info,
-    transfer_hook_accounts,
-    validation_address,
-)
-
-# A mint's hook program and extensions can change (the authority may update the hook):
-# re-read after this long. Its token program never changes.
-MINT_TTL_SECS = 60.0
+from svcpay.protocol.mints import ChainMints
+from svcpay.protocol.token2022 import MintInfo, transfer_hook_accounts
 
 
 @dataclass(frozen=True)
@@ -63,24 +53,16 @@ def route_with(
     return TokenRoute(info.program, tuple(extra), info)
 
 
-@dataclass
 class TokenRoutes:
-    """Routes transfers over RPC, reading each mint at most once a minute."""
+    """Routes transfers over RPC: the mint through `svcpay.protocol.mints.ChainMints` (read
+    at most once a minute), a hooked mint's accounts per transfer."""
 
-    rpc: AsyncClient
-    _mints: dict[Pubkey, tuple[float, MintInfo]] = field(default_factory=dict)
+    def __init__(self, rpc: AsyncClient) -> None:
+        self.mints = ChainMints(rpc)
 
     async def mint(self, mint: Pubkey) -> MintInfo:
         """The mint's parsed account (ValueError when it is not a mint of a token program)."""
-        cached = self._mints.get(mint)
-        if cached is not None and time.monotonic() - cached[0] < MINT_TTL_SECS:
-            return cached[1]
-        account = (await self.rpc.get_account_info(mint, Confirmed)).value
-        if account is None:
-            raise ValueError(f"no mint at {mint}")
-        info = mint_info(account.owner, bytes(account.data))
-        self._mints[mint] = (time.monotonic(), info)
-        return info
+        return await self.mints.mint(mint)
 
     async def program(self, mint: Pubkey) -> Pubkey:
         return (await self.mint(mint)).program
@@ -95,21 +77,9 @@ class TokenRoutes:
         amount: int,
     ) -> TokenRoute:
         """The route of a transfer of `amount` of `mint` from `source` to `destination` by
-        `authority`. A hooked mint's validation account and the transfer's accounts are read
-        in one call, for hooks whose extra accounts derive from account data."""
+        `authority`: its token program, and a hooked mint's accounts."""
         info = await self.mint(mint)
-        hook = info.hook_program
-        if hook is None:
-            return TokenRoute(info.program, (), info)
-        wanted: Sequence[Pubkey] = [validation_address(hook, mint), source, destination, mint]
-        found = (await self.rpc.get_multiple_accounts(list(wanted), Confirmed)).value
-        data = {key: bytes(acct.data) for key, acct in zip(wanted, found, strict=True) if acct}
-        return route_with(
-            mint,
-            info,
-            source=source,
-            destination=destination,
-            authority=authority,
-            amount=amount,
-            account_data=data.get,
+        extra = await self.mints.hook_accounts(
+            mint, source=source, destination=destination, authority=authority, amount=amount
         )
+        return TokenRoute(info.program, tuple(extra), info)

@@ -17,7 +17,7 @@ from solders.pubkey import Pubkey
 from svcpay.facilitator import crank
 from svcpay.facilitator.store import Store
 from svcpay.gate.chain import ChainSubscriptions
-from svcpay.program import instructions, pda
+from svcpay.program import errors, instructions, pda
 from svcpay.program.client import BillingClient, TransactionError, status_name
 from svcpay.program.session_client import Sessions
 from svcpay.protocol import token2022 as t22
@@ -229,6 +229,26 @@ def test_create_plan_refuses_what_payments_cannot_use(
     result = chain.send([ix], [provider])
     assert not result.ok and result.program_error is not None
     assert result.program_error.name == error, result.logs
+
+
+async def test_a_subscriber_account_with_a_cpi_guard_is_refused_until_it_is_off(
+    chain: Chain, client: BillingClient
+) -> None:
+    """A CPI guard forbids the approval subscribe makes in its CPI: the program says so
+    (CpiGuardEnabled) instead of failing inside Token-2022; with the guard off it works."""
+    mint = t22_mint(chain)
+    plan, _, _, _ = await plan_on(chain, client, mint)
+    subscriber, source = funded(chain, mint, 10 * USDC)
+    grow = t22.reallocate(
+        source, chain.payer.pubkey(), subscriber.pubkey(), [t22.ExtensionType.CPI_GUARD]
+    )
+    guard = t22.enable_cpi_guard(source, subscriber.pubkey())
+    chain.send_ok([grow, guard], [chain.payer, subscriber])
+    with pytest.raises(errors.error_class("CpiGuardEnabled")):
+        await client.subscribe(plan, subscriber)
+    chain.send_ok([t22.disable_cpi_guard(source, subscriber.pubkey())], [subscriber])
+    sub = await client.subscribe(plan, subscriber)
+    assert await client.is_active(sub)
 
 
 def test_a_token_2022_mint_with_the_spl_token_program_is_refused(chain: Chain) -> None:

@@ -605,6 +605,7 @@ class TokenInstruction(IntEnum):
     REALLOCATE = 29
     MEMO_TRANSFER_EXTENSION = 30
     INITIALIZE_NON_TRANSFERABLE_MINT = 32
+    CPI_GUARD_EXTENSION = 34
     INTEREST_BEARING_MINT_EXTENSION = 33
     INITIALIZE_PERMANENT_DELEGATE = 35
     TRANSFER_HOOK_EXTENSION = 36
@@ -791,6 +792,21 @@ def disable_required_memo_transfers(
     """MemoTransfer Disable (30/1)."""
     data = bytes([TokenInstruction.MEMO_TRANSFER_EXTENSION, MEMO_DISABLE])
     return _by_authority(account, owner, signers, data)
+
+
+def enable_cpi_guard(
+    account: Pubkey, owner: Pubkey, *, signers: Sequence[Pubkey] = ()
+) -> Instruction:
+    """CpiGuard Enable (34/0) on a token account (it needs room: see `reallocate`): programs
+    may no longer approve, transfer as the owner, or close it in a CPI."""
+    return _by_authority(account, owner, signers, bytes([TokenInstruction.CPI_GUARD_EXTENSION, 0]))
+
+
+def disable_cpi_guard(
+    account: Pubkey, owner: Pubkey, *, signers: Sequence[Pubkey] = ()
+) -> Instruction:
+    """CpiGuard Disable (34/1)."""
+    return _by_authority(account, owner, signers, bytes([TokenInstruction.CPI_GUARD_EXTENSION, 1]))
 
 
 def reallocate(

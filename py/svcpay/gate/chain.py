@@ -69,6 +69,7 @@ async def read_or_unavailable(read: Awaitable[T], unavailable: Callable[[str], E
 # late failed in a way the chain could not record (a Token-2022 transfer hook refused it, the
 # token program refused the transfer), or the crank has been down this long.
 OVERDUE_AFTER_SECS = 3600
+CLOCK_TTL_SECS = 10.0  # how long the cluster's clock, once read, is advanced locally
 
 
 class ChainSubscriptions:
@@ -82,6 +83,7 @@ class ChainSubscriptions:
     ) -> None:
         self.client, self.ttl, self.overdue_after = client, ttl, overdue_after
         self._cache: dict[str, tuple[float, SubscriptionState | None]] = {}
+        self._clock: tuple[float, int] | None = None  # (monotonic, the cluster's unix time)
 
     async def lookup(self, subscription_id: str) -> SubscriptionState | None:
         hit = self._cache.get(subscription_id)
@@ -105,12 +107,14 @@ class ChainSubscriptions:
         return SubscriptionState(str(sub.plan), status, remaining)
 
     async def _overdue(self, period_end: int) -> bool:
-        """Whether the cluster's clock is `overdue_after` past `period_end` (the clock is read
-        only for subscriptions whose period may have ended that long ago by this machine's
-        clock, give or take a day of skew)."""
-        if time.time() < period_end + self.overdue_after - 86_400:
-            return False
-        return await self.client.chain_time() > period_end + self.overdue_after
+        """Whether the cluster's clock is `overdue_after` past `period_end`. The clock is read
+        at most every CLOCK_TTL_SECS and advanced by this machine's in between (a cluster's
+        clock may differ from this machine's, a local validator's by days)."""
+        now = time.monotonic()
+        if self._clock is None or now - self._clock[0] >= CLOCK_TTL_SECS:
+            self._clock = (now, await self.client.chain_time())
+        chain_now = self._clock[1] + int(now - self._clock[0])
+        return chain_now > period_end + self.overdue_after
 
     def invalidate(self, subscription_id: str) -> None:
         self._cache.pop(subscription_id, None)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from svcpay.gate.asgi import PaymentGate, payment_gate
+    from svcpay.gate.paywall import Paywall
     from svcpay.gate.wsgi import PaymentGateWSGI, payment_gate_wsgi
     from svcpay.protocol.pricing import OneTime, Session, Subscription, build_payment_required
     from svcpay.schemes.x402_exact.server import X402Options
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
 _WHERE = {
     "PaymentGate": "svcpay.gate.asgi",
     "payment_gate": "svcpay.gate.asgi",
+    "Paywall": "svcpay.gate.paywall",
     "OneTime": "svcpay.protocol.pricing",
     "Subscription": "svcpay.protocol.pricing",
     "Session": "svcpay.protocol.pricing",
@@ -27,6 +29,7 @@ _WHERE = {
 __all__ = [
     "OneTime",
     "PaymentGate",
+    "Paywall",
     "Session",
     "Subscription",
     "build_payment_required",

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Collection, MutableMapping, Seq
 from typing import Any
 
 from svcpay.gate.core import Admit, GateCore, Reply, Request
+from svcpay.gate.paywall import Paywall
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.mints import MintReader
 from svcpay.protocol.pricing import PricingEntry, Terms
@@ -72,6 +73,7 @@ class PaymentGate:
         schemes: Sequence[str] | None = None,
         mpp_facilitator: ChargeSettler | None = None,
         mints: MintReader | None = None,
+        paywall: Paywall | None = None,
     ) -> None:
         """`remote` (e.g. FacilitatorVerifier) replaces the offline signature check with
         the facilitator's POST /verify; memo and replay checks stay here. `serves(scope)`
@@ -93,7 +95,10 @@ class PaymentGate:
         x402 when `terms.owner` is set). `mints` reads `terms.token` when it is a
         Token-2022 mint (required then for x402 and MPP charges; e.g.
         `svcpay.gate.chain.ChainMints(AsyncClient(rpc_url))`): the gate checks a payment by
-        what the provider receives after the mint's transfer fee (docs/adr/0031)."""
+        what the provider receives after the mint's transfer fee (docs/adr/0031).
+        `paywall` (`svcpay.gate.paywall.Paywall`) restyles the HTML 402 a browser gets for
+        an unpaid request, or turns it off (`Paywall(enabled=False)`: browsers get the JSON
+        402 too; docs/adr/0032)."""
         self.app = app
         self.core = GateCore(
             routes,
@@ -111,6 +116,7 @@ class PaymentGate:
             schemes,
             mpp_facilitator,
             mints,
+            paywall,
         )
         self.routes = self.core.prefixes
         self.terms, self.memos, self.replay = terms, memos, replay

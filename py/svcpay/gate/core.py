@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
+from svcpay.gate.paywall import Paywall, Ways, prefers_html, render
 from svcpay.protocol import mpp
 from svcpay.protocol.headers import MAX_HEADER_BYTES
 from svcpay.protocol.memo import Memos
@@ -55,7 +56,8 @@ SCHEMES = ("mpp", "subscription", "x402", "svcpay")
 class GateCore:
     """The decisions of `PaymentGate` (see its arguments). `schemes` names the schemes to
     turn on, of SCHEMES (default: all; x402 when `terms.owner` is set). `mints` reads a
-    Token-2022 `terms.token` for x402 and MPP charges (docs/adr/0031)."""
+    Token-2022 `terms.token` for x402 and MPP charges (docs/adr/0031). `paywall` is how a
+    browser's unpaid request is answered (default `Paywall()`: an HTML 402; docs/adr/0032)."""
 
     routes: dict[str, list[PricingEntry]]
     terms: Terms
@@ -72,6 +74,7 @@ class GateCore:
     schemes: Sequence[str] | None = None
     mpp_facilitator: ChargeSettler | None = None
     mints: MintReader | None = None
+    paywall: Paywall | None = None
     _prefixes: list[tuple[str, list[PricingEntry]]] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -151,6 +154,18 @@ class GateCore:
             raise ValueError("subscription pricing needs the subscription scheme")
         if any(isinstance(e, Session) for e in entries) and "mpp" not in wanted:
             raise ValueError("session pricing needs the mpp scheme")
+        if self.paywall is None:
+            self.paywall = Paywall()
+        on = {id(scheme) for scheme in self.registered}
+        mpp_on = id(self.payment_auth) in on
+        self.ways = Ways(  # what the paywall lists
+            svcpay=id(self.proofs) in on,
+            x402=self.x402 is not None and id(self.x402) in on,
+            mpp_charge=mpp_on and self.charge is not None,
+            mpp_subscription=mpp_on and self.subscriptions is not None,
+            mpp_session=mpp_on and self.sessions is not None,
+            subscription=id(self.subscribed) in on,
+        )
 
     @property
     def prefixes(self) -> list[tuple[str, list[PricingEntry]]]:
@@ -175,7 +190,16 @@ class GateCore:
         for scheme in self.registered:
             if scheme.claims(request, pricing):
                 return await scheme.admit(request, pricing, self.payment_required)
-        return self.payment_required(request, pricing, None, "this resource requires payment")
+        reply = self.payment_required(request, pricing, None, "this resource requires payment")
+        paywall = self.paywall
+        if (
+            paywall is not None
+            and paywall.enabled
+            and reply.status == 402
+            and prefers_html(headers.get(b"accept"))
+        ):
+            return render(paywall, request, pricing, self.terms, self.ways, reply)
+        return reply
 
     def payment_required(
         self,

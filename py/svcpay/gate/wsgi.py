@@ -39,6 +39,7 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from svcpay.gate.asgi import Meter, Scope, Subscriptions
 from svcpay.gate.core import ADMIT, Admit, GateCore, RawHeaders, Reply, Request
+from svcpay.gate.paywall import Paywall
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.mints import MintReader
 from svcpay.protocol.pricing import PricingEntry, Terms
@@ -84,13 +85,15 @@ class PaymentGateWSGI:
         schemes: Sequence[str] | None = None,
         mpp_facilitator: ChargeSettler | None = None,
         mints: MintReader | None = None,
+        paywall: Paywall | None = None,
     ) -> None:
         """`serves(scope)`: whether `app` has a route for the request's path and method (a
         WSGI app's routes cannot be read: without it every gated request is priced). The
         scope is ASGI's shape: type, method, path (SCRIPT_NAME + PATH_INFO), root_path,
         query_string, headers, scheme. x402 (with `terms.owner`) works as in `PaymentGate`;
         its facilitator client lives on the adapter's loop, like the other async resources
-        (and so does `mints`' RPC client)."""
+        (and so does `mints`' RPC client). `paywall` is as in `PaymentGate` (the HTML 402
+        browsers get; docs/adr/0032)."""
         self.app = app
         self.core = GateCore(
             routes,
@@ -108,6 +111,7 @@ class PaymentGateWSGI:
             schemes,
             mpp_facilitator,
             mints,
+            paywall,
         )
         self.serves = serves
         self._lock = threading.Lock()

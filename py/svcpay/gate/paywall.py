@@ -1,0 +1,476 @@
+"""The browser paywall (issue 26, docs/adr/0032): a request whose `Accept` prefers HTML to
+JSON and that carries no payment gets a server-rendered page instead of the JSON 402. The
+status stays 402 and every payment header of the JSON answer stays; only the body, its
+type and the page's security headers change.
+
+The page shows the resource, each price in the token's units and every way to pay the 402
+offers (x402 `exact`, svcpay's proof, MPP `charge`, `session` and `subscription`, subscribing
+to a plan), and how an agent pays. It needs no JavaScript to be read. Everything
+interpolated is escaped with `html.escape`. The gate sends a Content-Security-Policy with a
+per-response nonce for the page's one `<style>` element; `script-src` is `'none'` until the
+wallet script lands (`content_security_policy(script_nonce=...)` is its hook).
+
+A provider restyles or turns it off with `Paywall`, passed as `paywall=` to `payment_gate`,
+`PaymentGate` or `PaymentGateWSGI`.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+from urllib.parse import urlsplit
+
+from svcpay.amounts import USDC_DECIMALS
+from svcpay.protocol.pricing import OneTime, PricingEntry, Session, Subscription, Terms
+from svcpay.schemes.decision import RawHeaders, Reply, Request
+
+__all__ = [
+    "KNOWN_MINTS",
+    "Paywall",
+    "Ways",
+    "content_security_policy",
+    "prefers_html",
+    "render",
+]
+
+_HEX_COLOUR = re.compile(r"#(?:[0-9a-fA-F]{3}|[0-9a-fA-F]{6})")
+_HTTPS_ORIGIN = re.compile(r"https://[A-Za-z0-9.-]+(?::[0-9]{1,5})?")
+_DATA_IMAGE = re.compile(r"data:image/(?:png|jpeg|gif|webp|svg\+xml)[;,][A-Za-z0-9+/=;,%._-]*")
+
+# Mints a person recognises by name (pay-kit's KNOWN_MINTS, as MPP's charge client reads
+# them); every other mint is shown by its address only.
+KNOWN_MINTS = {
+    "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v": "USDC",
+    "4zMMC9srt5Ri5X14GAgXhaHii3GnPAEERYPJgZJDncDU": "USDC (devnet)",
+    "Es9vMFrzaCERmJfrF4H2FYD4KCoNkY11McCe8BenwNYB": "USDT",
+    "2b1kV6DkPAnxd5ixfnxCpjxmKwqjjaYmCZfHsFu24GXo": "PYUSD",
+    "CXk2AMBfi3TwaEL2468s6zP8xq9NxTXjp9gjMgzeUynM": "PYUSD (devnet)",
+}
+
+
+@dataclass(frozen=True)
+class Paywall:
+    """How the gate answers a browser (docs/adr/0032). On by default; `enabled=False` gives
+    browsers the JSON 402 as every other client.
+
+    `title` heads the page; `logo_url` (https, or a `data:image/...` URL) is shown beside it
+    and allowed by the page's CSP; `accent` and `background` are CSS hex colours (`#rgb` or
+    `#rrggbb`), the text colour is black or white, whichever reads better on `background`;
+    `footer` is a line of text at the bottom. `decimals` is what prices are shown with (the
+    gate's mints are priced in base units; 6, as USDC and as the gate's MPP challenges
+    announce, unless the provider says otherwise). `token_symbol` names `Terms.token` when
+    it is no mint in KNOWN_MINTS (its address is shown either way). Bad values raise
+    ValueError here, when the gate is built."""
+
+    enabled: bool = True
+    title: str = "Payment required"
+    logo_url: str | None = None
+    accent: str = "#1d4ed8"
+    background: str = "#ffffff"
+    footer: str = ""
+    decimals: int = USDC_DECIMALS
+    token_symbol: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("accent", "background"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not _HEX_COLOUR.fullmatch(value):
+                raise ValueError(
+                    f"Paywall.{name} must be a CSS hex colour (#rgb or #rrggbb), not {value!r}"
+                )
+        if self.logo_url is not None and _logo_source(self.logo_url) is None:
+            raise ValueError(
+                "Paywall.logo_url must be an https:// URL (host and path, no credentials, "
+                f"no spaces or quotes) or a data:image/ URL, not {self.logo_url!r}"
+            )
+        if not 0 <= self.decimals <= 255:
+            raise ValueError(
+                f"Paywall.decimals must be a mint's decimals (0-255), not {self.decimals}"
+            )
+        if not self.title.strip():
+            raise ValueError("Paywall.title must not be empty")
+
+    @property
+    def text_colour(self) -> str:
+        """Black or white, whichever contrasts more with `background` (WCAG luminance)."""
+        return "#000000" if _luminance(self.background) > 0.179 else "#ffffff"
+
+
+@dataclass(frozen=True)
+class Ways:
+    """Which ways to pay the gate has turned on (its registered schemes and MPP intents)."""
+
+    svcpay: bool = False
+    x402: bool = False
+    mpp_charge: bool = False
+    mpp_subscription: bool = False
+    mpp_session: bool = False
+    subscription: bool = False
+
+
+def prefers_html(accept: bytes | None) -> bool:
+    """Whether an `Accept` header prefers HTML to JSON: `text/html`'s quality (from its most
+    specific matching range) is above `application/json`'s, or equal and named while JSON
+    only matches a wildcard. A browser's `text/html,...,*/*;q=0.8` does; `application/json`,
+    `*/*`, no header, and `text/html, application/json` at equal quality do not."""
+    if not accept:
+        return False
+    ranges: list[tuple[str, float]] = []
+    for part in accept.decode("latin-1").split(","):
+        fields = [f.strip() for f in part.split(";")]
+        media = fields[0].lower()
+        if "/" not in media:
+            continue
+        q = 1.0
+        for param in fields[1:]:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value.strip())
+                except ValueError:
+                    q = 0.0
+                q = min(max(q, 0.0), 1.0)
+        ranges.append((media, q))
+    html_q, html_exact = _quality(ranges, "text", "html")
+    json_q, json_exact = _quality(ranges, "application", "json")
+    if html_q <= 0 or not html_exact:
+        return False
+    return html_q > json_q or (html_q == json_q and not json_exact)
+
+
+def _quality(ranges: list[tuple[str, float]], kind: str, sub: str) -> tuple[float, bool]:
+    """(quality, named exactly) of `kind/sub` under `ranges`: the most specific range wins."""
+    best: tuple[int, float] | None = None
+    for media, q in ranges:
+        specificity = {f"{kind}/{sub}": 2, f"{kind}/*": 1, "*/*": 0}.get(media)
+        if specificity is not None and (best is None or specificity > best[0]):
+            best = (specificity, q)
+    if best is None:
+        return 0.0, False
+    return best[1], best[0] == 2
+
+
+def content_security_policy(
+    style_nonce: str, logo_url: str | None = None, script_nonce: str | None = None
+) -> str:
+    """The page's CSP: nothing by default, its `<style>` by nonce, images from data: URLs
+    and the logo's origin, no base, forms only to the gate itself, never framed.
+    `script_nonce` is the hook for the wallet script (issue 26), served by the gate from the
+    package: until it ships, no script runs on the page."""
+    images = "data:"
+    if logo_url is not None and (origin := _logo_source(logo_url)) not in (None, "data:"):
+        images += f" {origin}"
+    scripts = f"'nonce-{script_nonce}'" if script_nonce else "'none'"
+    return (
+        f"default-src 'none'; style-src 'nonce-{style_nonce}'; img-src {images}; "
+        f"script-src {scripts}; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    )
+
+
+def render(
+    paywall: Paywall, request: Request, pricing: list[PricingEntry], terms: Terms, ways: Ways,
+    reply: Reply,
+) -> Reply:  # fmt: skip
+    """The HTML 402 for `request`: `reply` (the JSON 402 the gate built, whose headers are
+    kept) with the page as its body and the page's security headers."""
+    nonce = secrets.token_urlsafe(18)
+    page = _page(paywall, request, pricing, terms, ways, reply, nonce).encode()
+    replaced = {b"content-type", b"content-length", b"cache-control", b"vary"}
+    kept = [(k, v) for k, v in reply.headers if k.lower() not in replaced]
+    headers: RawHeaders = [
+        (b"content-type", b"text/html; charset=utf-8"),
+        (b"content-length", str(len(page)).encode()),
+        *kept,
+        (b"content-security-policy", content_security_policy(nonce, paywall.logo_url).encode()),
+        (b"x-content-type-options", b"nosniff"),
+        (b"referrer-policy", b"no-referrer"),
+        (b"cache-control", b"no-store"),
+        (b"vary", b"Accept"),
+    ]
+    return Reply(reply.status, headers, page)
+
+
+# -- the page -----------------------------------------------------------------------------
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _page(
+    paywall: Paywall, request: Request, pricing: list[PricingEntry], terms: Terms, ways: Ways,
+    reply: Reply, nonce: str,
+) -> str:  # fmt: skip
+    resource = request.resource
+    url = request.url
+    sections = [
+        _one_time(paywall, pricing, terms, ways),
+        _sessions(paywall, pricing, terms, ways),
+        _subscriptions(paywall, pricing, terms, ways),
+    ]
+    logo = ""
+    if paywall.logo_url is not None:
+        logo = f'<img class="logo" src="{_e(paywall.logo_url)}" alt="" width="48" height="48">'
+    footer = f"<footer><p>{_e(paywall.footer)}</p></footer>" if paywall.footer else ""
+    message = _message(reply)
+    mints = sorted({_mint_of(e, terms) for e in pricing})
+    tokens = "".join(
+        f"<li>{_e(_symbol(m, paywall, terms) or 'Token')}: mint <code>{_e(m)}</code></li>"
+        for m in mints
+    )
+    return f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="robots" content="noindex">
+<title>{_e(paywall.title)}: {_e(resource)}</title>
+<style nonce="{nonce}">{_style(paywall)}</style>
+</head>
+<body>
+<main>
+<header>{logo}<h1>{_e(paywall.title)}</h1></header>
+<p class="resource">Payment is required for <code>{_e(resource)}</code>.</p>
+{f'<p class="message">{_e(message)}</p>' if message else ""}
+{"".join(s for s in sections if s)}
+<section aria-labelledby="agents">
+<h2 id="agents">Paying from a program or an agent</h2>
+<p>The <code>svcpay</code> command line client reads this answer's terms and pays them
+within the limit you give:</p>
+<pre><code>svcpay pay {_e(url)} --max-amount AMOUNT -k KEYPAIR</code></pre>
+{_wire(reply)}
+</section>
+<section aria-labelledby="tokens">
+<h2 id="tokens">Token</h2>
+<ul>{tokens}</ul>
+<p>Network: <code>{_e(terms.network)}</code>. Prices are shown with {paywall.decimals}
+decimals.</p>
+</section>
+</main>
+{footer}
+</body>
+</html>
+"""
+
+
+def _one_time(paywall: Paywall, pricing: list[PricingEntry], terms: Terms, ways: Ways) -> str:
+    items = []
+    for entry in pricing:
+        if not isinstance(entry, OneTime):
+            continue
+        how = []
+        if ways.x402:
+            how.append(
+                "<li><strong>x402 <code>exact</code></strong>: a signed Solana transfer in the "
+                "<code>PAYMENT-SIGNATURE</code> header (this answer's "
+                "<code>PAYMENT-REQUIRED</code> header holds the terms)</li>"
+            )
+        if ways.svcpay:
+            how.append(
+                "<li><strong>svcpay one-time payment</strong>: pay through the facilitator "
+                "with the memo of this answer's terms, then send the proof in "
+                "<code>X-PAYMENT</code></li>"
+            )
+        if ways.mpp_charge:
+            how.append(
+                "<li><strong>MPP <code>charge</code></strong>: answer the "
+                "<code>WWW-Authenticate: Payment</code> challenge with an "
+                "<code>Authorization: Payment</code> credential</li>"
+            )
+        description = f"<p>{_e(entry.description)}</p>" if entry.description else ""
+        items.append(
+            '<article class="offer">'
+            f"<h3>{_e(_price(entry.amount, terms.token, paywall, terms))} per request</h3>"
+            f"{description}<ul>{''.join(how)}</ul></article>"
+        )
+    if not items:
+        return ""
+    return (
+        '<section aria-labelledby="once"><h2 id="once">Pay once for this request</h2>'
+        f"{''.join(items)}</section>"
+    )
+
+
+def _sessions(paywall: Paywall, pricing: list[PricingEntry], terms: Terms, ways: Ways) -> str:
+    items = []
+    for entry in pricing:
+        if not isinstance(entry, Session) or not ways.mpp_session:
+            continue
+        price = _price(entry.amount, terms.token, paywall, terms)
+        deposit = _price(entry.suggested_deposit, terms.token, paywall, terms)
+        description = f"<p>{_e(entry.description)}</p>" if entry.description else ""
+        items.append(
+            '<article class="offer">'
+            f"<h3>{_e(price)} per {_e(entry.unit)}</h3>{description}"
+            "<ul><li><strong>MPP <code>session</code></strong>: open a session with a "
+            f"deposit (suggested: {_e(deposit)}) and pay each request with a signed voucher "
+            "in <code>Authorization: Payment</code>; what is left is yours when the session "
+            "closes (<code>svcpay pay URL --session</code>)</li></ul></article>"
+        )
+    if not items:
+        return ""
+    return (
+        '<section aria-labelledby="session"><h2 id="session">Pay as you go</h2>'
+        f"{''.join(items)}</section>"
+    )
+
+
+def _subscriptions(paywall: Paywall, pricing: list[PricingEntry], terms: Terms, ways: Ways) -> str:
+    items = []
+    for entry in pricing:
+        if not isinstance(entry, Subscription) or not ways.subscription:
+            continue
+        token = _mint_of(entry, terms)
+        price = _price(entry.amount, token, paywall, terms)
+        metered = ""
+        if entry.metered:
+            use = _price(entry.metered, token, paywall, terms)
+            metered = (
+                f"<p>Metered: each request also uses {_e(use)} of the subscription's "
+                "allowance (set when you subscribe with <code>--allowance-cap</code>).</p>"
+            )
+        how = [
+            "<li><strong>Subscribe</strong>: <code>svcpay subscribe "
+            f"{_e(entry.plan)} -k KEYPAIR</code> (the first period is charged at once), then "
+            "send the subscription id in <code>X-Svc-Sub</code></li>"
+        ]
+        if ways.mpp_subscription:
+            how.append(
+                "<li><strong>MPP <code>subscription</code></strong>: name your subscription "
+                "in an <code>Authorization: Payment</code> credential</li>"
+            )
+        items.append(
+            '<article class="offer">'
+            f"<h3>{_e(price)} {_e(_every(entry.interval))}</h3>"
+            f"<p>Plan <code>{_e(entry.plan)}</code></p>{metered}<ul>{''.join(how)}</ul>"
+            "</article>"
+        )
+    if not items:
+        return ""
+    return (
+        '<section aria-labelledby="subscribe"><h2 id="subscribe">Subscribe</h2>'
+        f"{''.join(items)}</section>"
+    )
+
+
+def _style(paywall: Paywall) -> str:
+    # Only validated hex colours are interpolated here (Paywall.__post_init__).
+    return (
+        f":root{{--accent:{paywall.accent};--bg:{paywall.background};"
+        f"--fg:{paywall.text_colour}}}"
+        "body{margin:0;background:var(--bg);color:var(--fg);"
+        "font:16px/1.5 system-ui,-apple-system,'Segoe UI',sans-serif}"
+        "main{max-width:44rem;margin:0 auto;padding:2rem 1rem;"
+        "border-top:.4rem solid var(--accent)}"
+        "header{display:flex;align-items:center;gap:1rem}"
+        "h1{margin:.5rem 0}h2{margin-top:2rem;border-bottom:2px solid var(--accent)}"
+        ".offer{border:1px solid var(--accent);border-radius:.5rem;padding:0 1rem;"
+        "margin:1rem 0}"
+        "code{font-family:ui-monospace,monospace;overflow-wrap:anywhere}"
+        "pre{overflow-x:auto;padding:.75rem;border:1px solid var(--accent);"
+        "border-radius:.5rem}"
+        "footer{max-width:44rem;margin:0 auto;padding:1rem;font-size:.9rem}"
+    )
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def _mint_of(entry: PricingEntry, terms: Terms) -> str:
+    if isinstance(entry, Subscription) and entry.token:
+        return entry.token
+    return terms.token
+
+
+def _symbol(mint: str, paywall: Paywall, terms: Terms) -> str | None:
+    if mint in KNOWN_MINTS:
+        return KNOWN_MINTS[mint]
+    return paywall.token_symbol if mint == terms.token else None
+
+
+def _price(units: int, mint: str, paywall: Paywall, terms: Terms) -> str:
+    """`500000` -> `0.50 USDC`; a mint without a name: `0.50 tokens of <mint's start>…`."""
+    text = f"{Decimal(units).scaleb(-paywall.decimals):f}"
+    whole, _, frac = text.partition(".")
+    frac = frac.rstrip("0")
+    if paywall.decimals >= 2:
+        frac = frac.ljust(2, "0")
+    amount = f"{whole}.{frac}" if frac else whole
+    symbol = _symbol(mint, paywall, terms)
+    return f"{amount} {symbol}" if symbol else f"{amount} tokens of mint {mint[:4]}…{mint[-4:]}"
+
+
+_UNITS = (("week", 604_800), ("day", 86_400), ("hour", 3600), ("minute", 60), ("second", 1))
+
+
+def _every(secs: int) -> str:
+    """2592000 -> `every 30 days`, 604800 -> `every week`, 5400 -> `every 1 hour 30 minutes`."""
+    if secs <= 0:
+        return "per period"
+    for unit, size in _UNITS:
+        if secs % size == 0:
+            n = secs // size
+            if unit == "week" and n > 1 and secs % 86_400 == 0:
+                return f"every {secs // 86_400} days"
+            return f"every {unit}" if n == 1 else f"every {n} {unit}s"
+    parts = []
+    for unit, size in _UNITS[1:]:
+        n, secs = divmod(secs, size)
+        if n:
+            parts.append(f"{n} {unit}{'s' if n > 1 else ''}")
+    return "every " + " ".join(parts)
+
+
+def _wire(reply: Reply) -> str:
+    """What other clients read of this answer: its payment headers, and the JSON body."""
+    names = {k.lower() for k, _ in reply.headers}
+    read = []
+    if b"payment-required" in names:
+        read.append("an x402 client reads its <code>PAYMENT-REQUIRED</code> header")
+    if b"www-authenticate" in names:
+        read.append("an MPP client its <code>WWW-Authenticate: Payment</code> challenges")
+    said = f"This answer is HTTP 402: {', '.join(read)}. " if read else "This answer is HTTP 402. "
+    return (
+        f"<p>{said}Ask for <code>application/json</code> to get the terms as JSON, as every "
+        "client that does not prefer HTML does.</p>"
+    )
+
+
+def _message(reply: Reply) -> str | None:
+    try:
+        body: Any = json.loads(reply.body)
+    except ValueError:
+        return None
+    if isinstance(body, Mapping):
+        text = body.get("message") or body.get("detail")
+        return str(text) if text else None
+    return None
+
+
+def _logo_source(url: str) -> str | None:
+    """The CSP source that allows `url` (`https://host[:port]` or `data:`), None when it is
+    no https or data:image URL the page will show."""
+    if any(c in url for c in " \t\r\n\"'<>\\`"):
+        return None
+    if url.startswith("data:"):
+        return "data:" if _DATA_IMAGE.fullmatch(url) else None
+    parts = urlsplit(url)
+    if parts.scheme != "https" or parts.username is not None or parts.password is not None:
+        return None
+    origin = f"https://{parts.netloc}"
+    return origin if _HTTPS_ORIGIN.fullmatch(origin) else None
+
+
+def _luminance(colour: str) -> float:
+    hexes = colour[1:]
+    if len(hexes) == 3:
+        hexes = "".join(c * 2 for c in hexes)
+    channels = [int(hexes[i : i + 2], 16) / 255 for i in (0, 2, 4)]
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]

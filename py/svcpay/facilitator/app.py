@@ -8,6 +8,7 @@ Providers (Authorization: Bearer <API key>): POST /v1/usage (metered usage; the 
 signs deduct_allowance), GET /v1/events, webhook endpoints (GET/POST /v1/webhooks,
 DELETE /v1/webhooks/{id}, GET /v1/webhooks/{id}/deliveries), GET /v1/analytics and
 GET /v1/analytics/chart.png.
+People: the provider dashboard under /dashboard (`svcpay.facilitator.dashboard`, HTML).
 
 Every other error is `{"error": Name, "message": what to do}` with a 4xx status; hostile
 input never yields a 5xx.
@@ -29,11 +30,12 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from svcpay._extras import MissingExtra
 from svcpay.facilitator import analytics
 from svcpay.facilitator.answers import Verdict
+from svcpay.facilitator.dashboard.routes import dashboard_app
 from svcpay.facilitator.errors import SettlementError
 from svcpay.facilitator.lifecycle import EVENT_TYPES
 from svcpay.facilitator.models import (
@@ -384,6 +386,7 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
             Route("/v1/webhooks/{endpoint_id}/deliveries", provider_only(deliveries)),
             Route("/v1/analytics", provider_only(analytics_json)),
             Route("/v1/analytics/chart.png", provider_only(analytics_chart)),
+            Mount("/dashboard", app=dashboard_app(fac)),  # HTML for people, outside the API
         ],
         exception_handlers={HTTPException: _http_error, Exception: _bug},
         lifespan=lifespan,

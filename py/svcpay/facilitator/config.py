@@ -42,6 +42,8 @@
     SVCPAY_WEBHOOK_ALLOW_LOCAL       0                                 1: webhooks may go to
                                                                        http and private or
                                                                        loopback addresses
+    SVCPAY_DASHBOARD_SECRET          derived from the keypair          signs /dashboard's
+                                                                       session cookies
 
 The keypair is the facilitator's identity: it pays settlement fees, signs proofs, and signs
 `deduct_allowance` for plans whose billing authority it is. It never comes from the
@@ -93,6 +95,7 @@ class FacilitatorConfig:
     settle_rate_per_sec: float = 5.0
     settle_burst: int = 20
     webhook_allow_local: bool = False
+    dashboard_secret: str | None = field(default=None, repr=False)
     instance: str = f"{socket.gethostname()}-{os.getpid()}"
 
     @classmethod
@@ -131,6 +134,7 @@ class FacilitatorConfig:
             or cls.settle_rate_per_sec,
             settle_burst=max(1, int(_number(e, "SVCPAY_SETTLE_BURST", cls.settle_burst))),
             webhook_allow_local=_flag(e, "SVCPAY_WEBHOOK_ALLOW_LOCAL"),
+            dashboard_secret=e.get("SVCPAY_DASHBOARD_SECRET") or None,
         )
 
 

@@ -137,6 +137,32 @@ class Events(Part):
         async with self.engine.connect() as conn:
             return [_event(r._mapping) for r in await conn.execute(q)]
 
+    async def latest(
+        self, provider_id: str, *, before_seq: int | None = None, limit: int = 100
+    ) -> list[Event]:
+        """`provider_id`'s events before `before_seq` (None: the newest), newest first."""
+        q = sa.select(events).where(events.c.provider_id == provider_id)
+        if before_seq is not None:
+            q = q.where(events.c.seq < before_seq)
+        q = q.order_by(events.c.seq.desc()).limit(limit)
+        async with self.engine.connect() as conn:
+            return [_event(r._mapping) for r in await conn.execute(q)]
+
+    async def of_subscriptions(self, provider_id: str, *, limit: int = 10_000) -> list[Event]:
+        """`provider_id`'s subscription.* events, oldest first (at most `limit`, the newest)."""
+        q = (
+            sa.select(events)
+            .where(
+                (events.c.provider_id == provider_id)
+                & events.c.subscription.isnot(None)
+                & events.c.type.startswith("subscription.")
+            )
+            .order_by(events.c.seq.desc())
+            .limit(limit)
+        )
+        async with self.engine.connect() as conn:
+            return [_event(r._mapping) for r in reversed((await conn.execute(q)).all())]
+
 
 def _event(m: Any) -> Event:
     return Event(

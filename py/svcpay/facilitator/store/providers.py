@@ -16,6 +16,11 @@ from svcpay.facilitator.store._base import Part, hash_key, new_id, now
 API_KEY_PREFIX = "svc_"
 
 
+def key_id(key: str) -> str:
+    """The id part of an API key (`svc_<id>_<secret>`), which may be shown."""
+    return key.removeprefix(API_KEY_PREFIX).split("_", 1)[0]
+
+
 class Providers(Part):
     async def create(self, name: str) -> str:
         pid = new_id("prov")
@@ -106,7 +111,7 @@ class ApiKeys(Part):
         """The provider a presented API key belongs to, or None (unknown, revoked, wrong)."""
         if not key.startswith(API_KEY_PREFIX) or len(key) > 200:
             return None
-        kid = key[len(API_KEY_PREFIX) :].split("_", 1)[0]
+        kid = key_id(key)
         async with self.engine.connect() as conn:
             got = (
                 await conn.execute(
@@ -119,14 +124,38 @@ class ApiKeys(Part):
             return None
         return str(got.provider_id)
 
-    async def revoke(self, key_id: str) -> bool:
+    async def revoke(self, key_id: str, *, provider_id: str | None = None) -> bool:
+        """Revokes a live key; with `provider_id`, only if it is that provider's."""
+        match = (api_keys.c.id == key_id) & api_keys.c.revoked_at.is_(None)
+        if provider_id is not None:
+            match &= api_keys.c.provider_id == provider_id
         async with self.engine.begin() as conn:
-            res = await conn.execute(
-                api_keys.update()
-                .where((api_keys.c.id == key_id) & api_keys.c.revoked_at.is_(None))
-                .values(revoked_at=now())
-            )
+            res = await conn.execute(api_keys.update().where(match).values(revoked_at=now()))
         return bool(res.rowcount)
+
+    async def live_owner(self, key_id: str) -> str | None:
+        """The provider whose key `key_id` is, while it is not revoked (a dashboard session
+        lasts as long as the key it was opened with)."""
+        async with self.engine.connect() as conn:
+            got = await conn.scalar(
+                sa.select(api_keys.c.provider_id).where(
+                    (api_keys.c.id == key_id) & api_keys.c.revoked_at.is_(None)
+                )
+            )
+        return str(got) if got is not None else None
+
+    async def of_provider(self, provider_id: str) -> list[dict[str, Any]]:
+        """`provider_id`'s keys (id, label, created_at, revoked_at; never the key), newest
+        first."""
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(
+                sa.select(
+                    api_keys.c.id, api_keys.c.label, api_keys.c.created_at, api_keys.c.revoked_at
+                )
+                .where(api_keys.c.provider_id == provider_id)
+                .order_by(api_keys.c.created_at.desc(), api_keys.c.id)
+            )
+            return [dict(r._mapping) for r in rows]
 
     async def revoke_all(self, provider_id: str) -> int:
         """Revokes every live API key of `provider_id`; returns how many."""

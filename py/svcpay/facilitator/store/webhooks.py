@@ -275,3 +275,56 @@ class Webhooks(Part):
                 .order_by(webhook_deliveries.c.id)
             )
             return [dict(r._mapping) for r in rows]
+
+    async def recent_deliveries(
+        self, provider_id: str, *, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """`provider_id`'s latest deliveries with their endpoint's URL and whether it is
+        disabled, newest first."""
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(
+                sa.select(
+                    webhook_deliveries,
+                    webhook_endpoints.c.url,
+                    webhook_endpoints.c.disabled_at.label("endpoint_disabled_at"),
+                )
+                .join(webhook_endpoints, webhook_endpoints.c.id == webhook_deliveries.c.endpoint_id)
+                .where(webhook_endpoints.c.provider_id == provider_id)
+                .order_by(webhook_deliveries.c.id.desc())
+                .limit(limit)
+            )
+            return [dict(r._mapping) for r in rows]
+
+    async def resend(self, provider_id: str, delivery_id: int) -> bool:
+        """Queues a failed delivery (dead, or pending after a failed attempt) of one of
+        `provider_id`'s live endpoints to be sent on the next pass. It starts over: attempts
+        from 0, and the give-up window from now. False when there is no such delivery."""
+        ts = now()
+        mine = (
+            sa.select(webhook_endpoints.c.id)
+            .where(
+                (webhook_endpoints.c.provider_id == provider_id)
+                & webhook_endpoints.c.disabled_at.is_(None)
+            )
+            .scalar_subquery()
+        )
+        failed = (webhook_deliveries.c.status == "dead") | (
+            (webhook_deliveries.c.status == "pending") & (webhook_deliveries.c.attempts > 0)
+        )
+        async with self.engine.begin() as conn:
+            res = await conn.execute(
+                webhook_deliveries.update()
+                .where(
+                    (webhook_deliveries.c.id == delivery_id)
+                    & webhook_deliveries.c.endpoint_id.in_(mine)
+                    & failed
+                )
+                .values(
+                    status="pending",
+                    attempts=0,
+                    next_attempt_at=ts,
+                    locked_until=0,
+                    created_at=ts,
+                )
+            )
+        return bool(res.rowcount)

@@ -187,11 +187,7 @@ class Chain:
                 json.dumps(e.data["err"]),
             )
         self._confirm(signature)
-        tx = self.rpc(
-            "getTransaction",
-            signature,
-            {"encoding": "base64", "commitment": "confirmed", "maxSupportedTransactionVersion": 0},
-        )
+        tx = self._transaction(signature)
         meta = tx["meta"]
         logs = meta["logMessages"] or []
         units = meta.get("computeUnitsConsumed") or 0
@@ -205,6 +201,24 @@ class Chain:
         if not result.ok:
             raise TransactionFailed(result)
         return result
+
+    def _transaction(self, signature: str) -> dict[str, Any]:
+        """The confirmed transaction. A loaded solana-test-validator may report a signature
+        confirmed a moment before getTransaction finds it: asked again until it does."""
+        deadline = time.monotonic() + CONFIRM_TIMEOUT
+        while True:
+            tx = self.rpc(
+                "getTransaction",
+                signature,
+                {"encoding": "base64", "commitment": "confirmed",
+                 "maxSupportedTransactionVersion": 0},
+            )  # fmt: skip
+            if tx is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        if tx is None:
+            raise TimeoutError(f"transaction {signature} confirmed but not found")
+        return dict(tx)
 
     def _confirm(self, signature: str) -> None:
         deadline = time.monotonic() + CONFIRM_TIMEOUT

@@ -70,6 +70,9 @@ from svcpay.schemes.x402_exact.wire import (
 
 COMPUTE_UNIT_LIMIT = 20_000  # the transfer and a memo use about 10,000
 HOOK_COMPUTE_UNITS = 60_000  # added for a transfer-hook mint: Token-2022 calls the hook
+# Added for any Token-2022 mint: its transfer costs more than SPL Token's (a fee mint's more
+# again); on solana-test-validator 4.2.2 a fee mint's transfer left the memo short of units.
+TOKEN_2022_COMPUTE_UNITS = 20_000
 COMPUTE_UNIT_PRICE = 1  # micro-lamports per unit: the least a facilitator accepts
 MAX_MEMO_BYTES = 256
 
@@ -226,6 +229,8 @@ class ExactSvmClient:
         amount = int(req.amount) if now is None else _gross(now, int(req.amount))
         hook: list[AccountMeta] = []
         limit = self.compute_unit_limit
+        if now is not None:
+            limit += TOKEN_2022_COMPUTE_UNITS
         if now is not None and now.hook_program is not None:
             payer, owner = self.payer.pubkey(), Pubkey.from_string(req.pay_to)
             try:

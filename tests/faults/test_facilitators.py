@@ -67,7 +67,7 @@ async def test_kill_9_of_one_instance_mid_pass_and_the_others_take_over(
     fleet = await make_fleet(validator, chain, url, receiver, processes, tmp_path, rpc=slow.url)
     period = clock.days(30)
     _, subs = await fleet.plan(1, period, SUBSCRIBERS)
-    fleet.start(instances)
+    await fleet.start(instances)
     assert await fleet.cycles(subs) == [1] * SUBSCRIBERS
 
     clock.advance(period)  # every subscription is due
@@ -109,7 +109,7 @@ async def test_a_database_restart_under_load_answers_200_or_503_and_pays_once(
     durable_postgres: PostgresCluster,
 ) -> None:
     fleet = await make_fleet(validator, chain, durable_postgres.url, receiver, processes, tmp_path)
-    fleet.start(3)
+    await fleet.start(3)
     bodies = await fleet.payments(60)
 
     async def outage() -> None:
@@ -166,7 +166,7 @@ async def test_an_rpc_cut_mid_pass_answers_503_and_charges_once(
     period = clock.days(30)
     _, subs = await fleet.plan(2, period, SUBSCRIBERS)
     bodies = await fleet.payments(6)
-    fleet.start(3)
+    await fleet.start(3)
 
     clock.advance(period)
     await wait_for(lambda: fleet.lease_holders(), timeout=10, step=0.01)

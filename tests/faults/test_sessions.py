@@ -66,7 +66,7 @@ async def test_kill_9_mid_redeem_then_a_restart_redeems_each_voucher_once(
         vouchers.append(SignedVoucher.sign(key, channel, (n + 1) * 10 * PRICE))
     expected = sum(v.cumulative for v in vouchers)
 
-    fleet.start(1, **IDLE)
+    await fleet.start(1, **IDLE)
     auth = {"authorization": f"Bearer {fleet.api_key}"}
     async with httpx.AsyncClient(base_url=fleet.urls[0], timeout=30) as http:
         body = {"vouchers": [v.to_json_dict() for v in vouchers]}
@@ -77,14 +77,14 @@ async def test_kill_9_mid_redeem_then_a_restart_redeems_each_voucher_once(
         found = [await sessions.fetch(v.channel) for v in vouchers]
         return [s.redeemed if s is not None else -1 for s in found]
 
-    fleet.start(1, **EAGER)
+    await fleet.start(1, **EAGER)
     await wait_for(lambda: _some(redeemed()), timeout=30, step=0.02)
     fleet.children[1].proc.send_signal(signal.SIGKILL)
     killed = time.monotonic()
     left = sum(1 for got in await redeemed() if got == 0)
     assert left > 0, "the kill came after the last redeem: nothing was cut"
 
-    fleet.start(1, **EAGER)
+    await fleet.start(1, **EAGER)
     await wait_for(lambda: _all(redeemed(), vouchers), timeout=60, step=0.2)
     took = time.monotonic() - killed
     print(

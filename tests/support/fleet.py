@@ -98,7 +98,11 @@ class Fleet:
     children: list[Child] = field(default_factory=list)
     started: int = 0  # instance names are f1, f2, ... in start order, never reused
 
-    def start(self, n: int, **env: str) -> None:
+    async def start(self, n: int, **env: str) -> None:
+        """Starts `n` more instances, one after another. Waiting for each one's ready line
+        happens in a thread: the test's event loop runs the switches the instances reach
+        the RPC node through, and a blocked loop would stall the instances already up
+        (their requests time out, and read as an RPC outage)."""
         for _ in range(n):
             self.started += 1
             name = f"f{self.started}"
@@ -122,10 +126,11 @@ class Fleet:
                 **env,
             }
             self.urls.append(
-                self.processes.start(
-                    f"facilitator {name}", argv, "svcpay facilitator ready", config
+                await asyncio.to_thread(
+                    self.processes.start,
+                    f"facilitator {name}", argv, "svcpay facilitator ready", config,
                 )
-            )
+            )  # fmt: skip
             self.children.append(self.processes.children[-1])
 
     def log(self, i: int) -> str:

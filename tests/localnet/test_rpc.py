@@ -124,6 +124,28 @@ def test_malformed_requests_get_json_rpc_errors(validator: Localnet) -> None:
     assert error({**call, "params": "x"})["error"]["code"] == -32600
 
 
+def test_a_page_on_another_origin_may_call_it(validator: Localnet) -> None:
+    """CORS as agave's RPC service answers it (any origin): the paywall's wallet script, on
+    the API's origin, reads mints and blockhashes from the validator."""
+    preflight = httpx.request(
+        "OPTIONS",
+        validator.url,
+        headers={
+            "Origin": "http://127.0.0.1:8000",
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type,solana-client",
+        },
+        timeout=10,
+    )
+    assert preflight.status_code == 200
+    assert preflight.headers["access-control-allow-origin"] == "*"
+    assert "POST" in preflight.headers["access-control-allow-methods"]
+    assert preflight.headers["access-control-allow-headers"] == "content-type,solana-client"
+    body = b'{"jsonrpc": "2.0", "id": 1, "method": "getHealth"}'
+    reply = post(validator, body, **{"Content-Type": "application/json", "Origin": "http://a"})
+    assert reply.headers["access-control-allow-origin"] == "*"
+
+
 def test_requests_that_are_not_json_rpc_get_http_errors(validator: Localnet) -> None:
     """What agave's HTTP server (jsonrpc-http-server) answers before any JSON-RPC."""
     body = b'{"jsonrpc": "2.0", "id": 1, "method": "getHealth"}'

@@ -137,6 +137,10 @@ def answer(methods: Methods, body: bytes) -> str:
     return "" if reply is None else _json(reply)
 
 
+# Browsers on any origin may read the answers (agave's RPC service allows any origin).
+CORS = {"Access-Control-Allow-Origin": "*"}
+
+
 class _Handler(BaseHTTPRequestHandler):
     methods: Methods
     protocol_version = "HTTP/1.1"
@@ -186,11 +190,22 @@ class _Handler(BaseHTTPRequestHandler):
             self._text(WRONG_METHOD)
 
     def do_OPTIONS(self) -> None:  # noqa: N802
+        # A browser's CORS preflight (a page on another origin posting JSON, such as the
+        # paywall's wallet script): allowed from any origin, as agave's RPC service allows
+        # it (`AccessControlAllowOrigin::Any`, a max age of a day).
+        asked = self.headers.get("Access-Control-Request-Headers") or "content-type"
         self._reply(
             200,
             "",
             "application/json; charset=utf-8",
-            {"Allow": "OPTIONS, POST", "Accept": "application/json"},
+            {
+                "Allow": "OPTIONS, POST",
+                "Accept": "application/json",
+                **CORS,
+                "Access-Control-Allow-Methods": "POST, OPTIONS",
+                "Access-Control-Allow-Headers": asked[:1000].replace("\r", "").replace("\n", ""),
+                "Access-Control-Max-Age": "86400",
+            },
         )
 
     def _not_allowed(self) -> None:
@@ -218,7 +233,7 @@ class _Handler(BaseHTTPRequestHandler):
         except UnicodeDecodeError as e:
             self._text((400, f"utf-8 encoding error at byte {e.start} in request body"))
             return
-        self._reply(200, answer(self.methods, body), "application/json; charset=utf-8")
+        self._reply(200, answer(self.methods, body), "application/json; charset=utf-8", CORS)
 
 
 def serve(

@@ -5,6 +5,8 @@ a paid request would read), so these tests are fast."""
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 from collections.abc import AsyncIterator
 from html.parser import HTMLParser
@@ -22,7 +24,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from svcpay.gate import OneTime, Paywall, Session, Subscription, payment_gate, payment_gate_wsgi
-from svcpay.gate.paywall import content_security_policy, prefers_html
+from svcpay.gate.paywall import content_security_policy, prefers_html, wallet_bundle
 from svcpay.gate.pricing import Terms
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.mpp import ChallengeIssuer
@@ -330,6 +332,65 @@ def test_the_wallet_scripts_hook_allows_a_script_by_nonce_only() -> None:
     assert "script-src 'nonce-w'" in csp and "unsafe" not in csp
 
 
+RPC = "http://127.0.0.1:8899"
+
+
+async def test_with_an_rpc_url_the_page_carries_the_wallet_script() -> None:
+    async with asgi_client(paywall=Paywall(rpc_url=RPC)) as http:
+        response = await http.get("/v1/data?x=1", headers={"accept": BROWSER})
+    assert response.status_code == 402
+    csp = response.headers["content-security-policy"]
+    nonce = re.search(r"script-src 'nonce-([A-Za-z0-9_-]{20,})'", csp)
+    assert nonce is not None and f"connect-src 'self' {RPC};" in csp
+    page = page_of(response)
+    data, script = page.all("script")
+    assert data == {"type": "application/json", "id": "svcpay-paywall"}
+    assert script == {"nonce": nonce[1]}
+    config = json.loads(response.text.split('id="svcpay-paywall">')[1].split("</script>")[0])
+    required = json.loads(base64.b64decode(response.headers["payment-required"]))
+    assert config == {"rpc": RPC, "required": required}
+    assert wallet_bundle() in response.text
+    (section,) = [a for a in page.all("section") if a.get("id") == "svcpay-wallet"]
+    assert "hidden" in section  # shown by the script: without it there is nothing to press
+    assert "Pay 0.50 USDC" in page.words
+
+
+async def test_strings_in_the_wallet_scripts_data_cannot_close_its_element() -> None:
+    pricing = {"/v1": [OneTime(500_000, description="</script><script>alert(1)</script>")]}
+    async with asgi_client(pricing=pricing, paywall=Paywall(rpc_url=RPC)) as http:
+        response = await http.get("/v1/</script>", headers={"accept": BROWSER})
+    page = page_of(response)  # every element closed where it was opened
+    assert len(page.all("script")) == 2
+    data = response.text.split('id="svcpay-paywall">')[1].split("</script>")[0]
+    assert "<" not in data and ">" not in data
+    assert json.loads(data)["required"]["resource"]["url"].endswith("/v1/</script>")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},  # no RPC URL: the browser could not build the payment
+        {"rpc_url": RPC, "wallet": False},
+    ],
+)
+async def test_without_an_rpc_url_or_with_the_wallet_off_no_script_runs(
+    options: dict[str, Any],
+) -> None:
+    async with asgi_client(paywall=Paywall(**options)) as http:
+        response = await http.get("/v1/data", headers={"accept": BROWSER})
+    assert "script-src 'none'" in response.headers["content-security-policy"]
+    assert page_of(response).all("script") == []
+
+
+async def test_a_route_without_x402_gets_no_wallet_script() -> None:
+    pricing = {"/v1": [OneTime(500_000)]}
+    async with asgi_client(
+        pricing=pricing, schemes=["svcpay"], paywall=Paywall(rpc_url=RPC)
+    ) as http:
+        response = await http.get("/v1/data", headers={"accept": BROWSER})
+    assert page_of(response).all("script") == []
+
+
 async def test_the_page_reads_as_a_document(http: httpx.AsyncClient) -> None:
     page = page_of(await http.get("/v1/data", headers={"accept": BROWSER}))
     assert page.open == []  # every element closed where it was opened
@@ -396,6 +457,11 @@ def test_a_data_logo_needs_no_other_origin() -> None:
         ({"logo_url": "data:text/html,<script>x</script>"}, "Paywall.logo_url"),
         ({"decimals": 256}, "Paywall.decimals"),
         ({"title": " "}, "Paywall.title"),
+        ({"rpc_url": "javascript:alert(1)"}, "Paywall.rpc_url must be an http:// or https://"),
+        ({"rpc_url": "ftp://rpc.example"}, "Paywall.rpc_url"),
+        ({"rpc_url": "https://u:p@rpc.example"}, "Paywall.rpc_url"),
+        ({"rpc_url": "https://rpc.example; script-src *"}, "Paywall.rpc_url"),
+        ({"rpc_url": "https://"}, "Paywall.rpc_url"),
     ],
 )
 def test_bad_options_are_refused_when_the_paywall_is_made(

@@ -7,8 +7,14 @@ The page shows the resource, each price in the token's units and every way to pa
 offers (x402 `exact`, svcpay's proof, MPP `charge`, `session` and `subscription`, subscribing
 to a plan), and how an agent pays. It needs no JavaScript to be read. Everything
 interpolated is escaped with `html.escape`. The gate sends a Content-Security-Policy with a
-per-response nonce for the page's one `<style>` element; `script-src` is `'none'` until the
-wallet script lands (`content_security_policy(script_nonce=...)` is its hook).
+per-response nonce for the page's `<style>` and `<script>` elements.
+
+Where the route takes x402 `exact` and `Paywall.rpc_url` is set, the page also carries the
+wallet script (`static/paywall.js`, bundled from npm packages by scripts/build-paywall): it
+connects a Wallet Standard wallet, builds the payment in the page, has the wallet sign it,
+retries the request with it and shows the answer. The terms it reads are the
+`PAYMENT-REQUIRED` header's, embedded as a JSON data block; it may connect to the page's own
+origin and the RPC node only.
 
 A provider restyles or turns it off with `Paywall`, passed as `paywall=` to `payment_gate`,
 `PaymentGate` or `PaymentGateWSGI`.
@@ -16,6 +22,8 @@ A provider restyles or turns it off with `Paywall`, passed as `paywall=` to `pay
 
 from __future__ import annotations
 
+import base64
+import binascii
 import html
 import json
 import re
@@ -23,6 +31,8 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import cache
+from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -41,6 +51,7 @@ __all__ = [
 
 _HEX_COLOUR = re.compile(r"#(?:[0-9a-fA-F]{3}|[0-9a-fA-F]{6})")
 _HTTPS_ORIGIN = re.compile(r"https://[A-Za-z0-9.-]+(?::[0-9]{1,5})?")
+_HTTP_ORIGIN = re.compile(r"https?://[A-Za-z0-9.\[\]:-]+(?::[0-9]{1,5})?")
 _DATA_IMAGE = re.compile(r"data:image/(?:png|jpeg|gif|webp|svg\+xml)[;,][A-Za-z0-9+/=;,%._-]*")
 
 # Mints a person recognises by name (pay-kit's KNOWN_MINTS, as MPP's charge client reads
@@ -62,11 +73,13 @@ class Paywall:
     `title` heads the page; `logo_url` (https, or a `data:image/...` URL) is shown beside it
     and allowed by the page's CSP; `accent` and `background` are CSS hex colours (`#rgb` or
     `#rrggbb`), the text colour is black or white, whichever reads better on `background`;
-    `footer` is a line of text at the bottom. `decimals` is what prices are shown with (the
-    gate's mints are priced in base units; 6, as USDC and as the gate's MPP challenges
-    announce, unless the provider says otherwise). `token_symbol` names `Terms.token` when
-    it is no mint in KNOWN_MINTS (its address is shown either way). Bad values raise
-    ValueError here, when the gate is built."""
+    `footer` is a line of text at the bottom. `rpc_url` is the cluster's JSON-RPC as the
+    payer's browser reaches it: with it (and `wallet`, on by default) a route that takes
+    x402 `exact` gets the wallet script, which pays from the page. `decimals` is what prices
+    are shown with (the gate's mints are priced in base units; 6, as USDC and as the gate's
+    MPP challenges announce, unless the provider says otherwise). `token_symbol` names
+    `Terms.token` when it is no mint in KNOWN_MINTS (its address is shown either way). Bad
+    values raise ValueError here, when the gate is built."""
 
     enabled: bool = True
     title: str = "Payment required"
@@ -76,6 +89,8 @@ class Paywall:
     footer: str = ""
     decimals: int = USDC_DECIMALS
     token_symbol: str | None = None
+    rpc_url: str | None = None
+    wallet: bool = True
 
     def __post_init__(self) -> None:
         for name in ("accent", "background"):
@@ -95,11 +110,16 @@ class Paywall:
             )
         if not self.title.strip():
             raise ValueError("Paywall.title must not be empty")
+        if self.rpc_url is not None and _rpc_origin(self.rpc_url) is None:
+            raise ValueError(
+                "Paywall.rpc_url must be an http:// or https:// URL of the cluster's JSON-RPC "
+                f"(no credentials, no spaces or quotes), not {self.rpc_url!r}"
+            )
 
     @property
     def text_colour(self) -> str:
         """Black or white, whichever contrasts more with `background` (WCAG luminance)."""
-        return "#000000" if _luminance(self.background) > 0.179 else "#ffffff"
+        return _on(self.background)
 
 
 @dataclass(frozen=True)
@@ -157,19 +177,27 @@ def _quality(ranges: list[tuple[str, float]], kind: str, sub: str) -> tuple[floa
 
 
 def content_security_policy(
-    style_nonce: str, logo_url: str | None = None, script_nonce: str | None = None
+    style_nonce: str,
+    logo_url: str | None = None,
+    script_nonce: str | None = None,
+    rpc_url: str | None = None,
 ) -> str:
     """The page's CSP: nothing by default, its `<style>` by nonce, images from data: URLs
-    and the logo's origin, no base, forms only to the gate itself, never framed.
-    `script_nonce` is the hook for the wallet script (issue 26), served by the gate from the
-    package: until it ships, no script runs on the page."""
+    and the logo's origin, no base, forms only to the gate itself, never framed. With
+    `script_nonce`, the wallet script runs (by nonce) and may fetch from the page's origin
+    and `rpc_url`'s."""
     images = "data:"
     if logo_url is not None and (origin := _logo_source(logo_url)) not in (None, "data:"):
         images += f" {origin}"
     scripts = f"'nonce-{script_nonce}'" if script_nonce else "'none'"
+    connect = ""
+    if script_nonce:
+        rpc = _rpc_origin(rpc_url) if rpc_url else None
+        connect = f"connect-src 'self'{f' {rpc}' if rpc else ''}; "
     return (
         f"default-src 'none'; style-src 'nonce-{style_nonce}'; img-src {images}; "
-        f"script-src {scripts}; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+        f"script-src {scripts}; {connect}base-uri 'none'; form-action 'self'; "
+        "frame-ancestors 'none'"
     )
 
 
@@ -180,14 +208,18 @@ def render(
     """The HTML 402 for `request`: `reply` (the JSON 402 the gate built, whose headers are
     kept) with the page as its body and the page's security headers."""
     nonce = secrets.token_urlsafe(18)
-    page = _page(paywall, request, pricing, terms, ways, reply, nonce).encode()
+    wallet = _wallet_config(paywall, ways, reply)
+    page = _page(paywall, request, pricing, terms, ways, reply, nonce, wallet).encode()
+    policy = content_security_policy(
+        nonce, paywall.logo_url, nonce if wallet else None, paywall.rpc_url
+    )
     replaced = {b"content-type", b"content-length", b"cache-control", b"vary"}
     kept = [(k, v) for k, v in reply.headers if k.lower() not in replaced]
     headers: RawHeaders = [
         (b"content-type", b"text/html; charset=utf-8"),
         (b"content-length", str(len(page)).encode()),
         *kept,
-        (b"content-security-policy", content_security_policy(nonce, paywall.logo_url).encode()),
+        (b"content-security-policy", policy.encode()),
         (b"x-content-type-options", b"nosniff"),
         (b"referrer-policy", b"no-referrer"),
         (b"cache-control", b"no-store"),
@@ -205,7 +237,7 @@ def _e(value: object) -> str:
 
 def _page(
     paywall: Paywall, request: Request, pricing: list[PricingEntry], terms: Terms, ways: Ways,
-    reply: Reply, nonce: str,
+    reply: Reply, nonce: str, wallet: dict[str, Any] | None = None,
 ) -> str:  # fmt: skip
     resource = request.resource
     url = request.url
@@ -230,6 +262,7 @@ def _page(
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="robots" content="noindex">
+<link rel="icon" href="data:,">
 <title>{_e(paywall.title)}: {_e(resource)}</title>
 <style nonce="{nonce}">{_style(paywall)}</style>
 </head>
@@ -238,6 +271,7 @@ def _page(
 <header>{logo}<h1>{_e(paywall.title)}</h1></header>
 <p class="resource">Payment is required for <code>{_e(resource)}</code>.</p>
 {f'<p class="message">{_e(message)}</p>' if message else ""}
+{_wallet_section(paywall, pricing, terms) if wallet else ""}
 {"".join(s for s in sections if s)}
 <section aria-labelledby="agents">
 <h2 id="agents">Paying from a program or an agent</h2>
@@ -254,6 +288,7 @@ decimals.</p>
 </section>
 </main>
 {footer}
+{_wallet_script(wallet, nonce) if wallet else ""}
 </body>
 </html>
 """
@@ -359,11 +394,75 @@ def _subscriptions(paywall: Paywall, pricing: list[PricingEntry], terms: Terms, 
     )
 
 
+def _wallet_config(paywall: Paywall, ways: Ways, reply: Reply) -> dict[str, Any] | None:
+    """What the wallet script reads (the x402 terms of `reply`, the RPC URL), or None when
+    the page carries no script: no RPC URL, the wallet turned off, or no x402 terms."""
+    if not (paywall.wallet and paywall.rpc_url and ways.x402):
+        return None
+    header = next((v for k, v in reply.headers if k.lower() == b"payment-required"), None)
+    if header is None:
+        return None
+    try:
+        required = json.loads(base64.b64decode(header, validate=True))
+    except (binascii.Error, ValueError):
+        return None
+    if not isinstance(required, dict):
+        return None
+    return {"rpc": paywall.rpc_url, "required": required}
+
+
+def _wallet_section(paywall: Paywall, pricing: list[PricingEntry], terms: Terms) -> str:
+    """The wallet's controls: hidden until the script shows them (without JavaScript there
+    is nothing to press)."""
+    price = next((e.amount for e in pricing if isinstance(e, OneTime)), None)
+    label = f"Pay {_price(price, terms.token, paywall, terms)}" if price is not None else "Pay"
+    return f"""<section id="svcpay-wallet" aria-labelledby="wallet" hidden>
+<h2 id="wallet">Pay with a wallet</h2>
+<p id="svcpay-status" role="status" aria-live="polite">Looking for a Solana wallet…</p>
+<ul id="svcpay-wallets" class="wallets"></ul>
+<div id="svcpay-connected" hidden>
+<p>Connected account: <code id="svcpay-account"></code></p>
+<button id="svcpay-pay" type="button" class="pay">{_e(label)}</button>
+<p class="note">Your wallet signs one transfer of this price; the facilitator pays the
+network fee and settles it.</p>
+</div>
+<div id="svcpay-result" hidden>
+<h3>The response</h3>
+<p><strong id="svcpay-result-status"></strong></p>
+<pre><code id="svcpay-result-body"></code></pre>
+</div>
+</section>"""
+
+
+def _wallet_script(config: dict[str, Any], nonce: str) -> str:
+    # A JSON data block is never run; "<", ">" and "&" are escaped so that no string in it
+    # can close the element.
+    data = (
+        json.dumps(config, separators=(",", ":"))
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+    )
+    return (
+        f'<script type="application/json" id="svcpay-paywall">{data}</script>\n'
+        f'<script nonce="{nonce}">{wallet_bundle()}</script>'
+    )
+
+
+@cache
+def wallet_bundle() -> str:
+    """The wallet script (scripts/build-paywall's output, shipped in the package)."""
+    text = (resources.files("svcpay.gate") / "static" / "paywall.js").read_text("utf-8")
+    if "</script" in text.lower() or "<!--" in text:  # it is inlined in a <script> element
+        raise RuntimeError("svcpay/gate/static/paywall.js cannot be inlined: rebuild it")
+    return text
+
+
 def _style(paywall: Paywall) -> str:
     # Only validated hex colours are interpolated here (Paywall.__post_init__).
     return (
         f":root{{--accent:{paywall.accent};--bg:{paywall.background};"
-        f"--fg:{paywall.text_colour}}}"
+        f"--fg:{paywall.text_colour};--on-accent:{_on(paywall.accent)}}}"
         "body{margin:0;background:var(--bg);color:var(--fg);"
         "font:16px/1.5 system-ui,-apple-system,'Segoe UI',sans-serif}"
         "main{max-width:44rem;margin:0 auto;padding:2rem 1rem;"
@@ -376,6 +475,15 @@ def _style(paywall: Paywall) -> str:
         "pre{overflow-x:auto;padding:.75rem;border:1px solid var(--accent);"
         "border-radius:.5rem}"
         "footer{max-width:44rem;margin:0 auto;padding:1rem;font-size:.9rem}"
+        "button{font:inherit;cursor:pointer;border-radius:.5rem;padding:.5rem 1rem;"
+        "border:2px solid var(--accent);background:var(--bg);color:var(--fg)}"
+        "button.pay{background:var(--accent);color:var(--on-accent);font-weight:600}"
+        "button:focus-visible{outline:3px solid var(--fg);outline-offset:2px}"
+        "button:disabled{opacity:.6;cursor:progress}"
+        ".wallets{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:.5rem}"
+        ".wallets img{vertical-align:middle;margin-right:.5rem}"
+        "#svcpay-status{overflow-wrap:anywhere}#svcpay-status[data-kind=error]{font-weight:600}"
+        ".note{font-size:.9rem}"
     )
 
 
@@ -465,6 +573,25 @@ def _logo_source(url: str) -> str | None:
         return None
     origin = f"https://{parts.netloc}"
     return origin if _HTTPS_ORIGIN.fullmatch(origin) else None
+
+
+def _rpc_origin(url: str) -> str | None:
+    """The CSP source that lets the page reach `url` (`http[s]://host[:port]`), None when
+    it is no plain http(s) URL."""
+    if any(c in url for c in " \t\r\n\"'<>\\`;,"):
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or parts.username is not None:
+        return None
+    if parts.password is not None or not parts.netloc:
+        return None
+    origin = f"{parts.scheme}://{parts.netloc}"
+    return origin if _HTTP_ORIGIN.fullmatch(origin) else None
+
+
+def _on(colour: str) -> str:
+    """Black or white, whichever reads better on `colour`."""
+    return "#000000" if _luminance(colour) > 0.179 else "#ffffff"
 
 
 def _luminance(colour: str) -> float:

@@ -2,7 +2,8 @@
 
 It starts its own local validator, facilitator and resource server (on free ports, with
 their files in a temporary directory), walks a paying client through the three flows, and
-stops everything it started; the analytics chart is left in --out. With --json the
+stops everything it started (with --serve, only at Ctrl-C, the paywall and the dashboard
+up meanwhile); the analytics chart is left in --out. With --json the
 narration goes to stderr and stdout gets one JSON object at the end.
 """
 
@@ -25,6 +26,8 @@ def handle(args: argparse.Namespace) -> int:
     if args.out.exists() and not args.out.is_dir():
         raise UsageError(f"--out {args.out} is a file: give a directory for the chart")
     options = {"token_2022": True} if args.token_2022 else {}  # only what was asked
+    if args.serve:
+        options["serve"] = True
     if not args.json:
         return demo.run(args.out, **options)
     # The walkthrough's narration goes to stderr; stdout carries one JSON object.
@@ -57,6 +60,12 @@ def register(subparsers: Subparsers) -> None:
         help=f"where the analytics chart is written (default: {DEFAULT_OUT})",
     )
     p.add_argument("--token-2022", action="store_true", help=TOKEN_2022_HELP)
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="after the walkthrough, keep the services up and print the paywall's and the "
+        "dashboard's URLs (with the API key and a funded wallet) until Ctrl-C",
+    )
     p.add_argument(
         "--json",
         action="store_true",

@@ -17,10 +17,11 @@ TOKEN_2022_HELP = (
 __all__ = ["DEFAULT_OUT", "TOKEN_2022_HELP", "main", "run"]
 
 
-def run(out_dir: Path = DEFAULT_OUT, *, token_2022: bool = False) -> int:
+def run(out_dir: Path = DEFAULT_OUT, *, token_2022: bool = False, serve: bool = False) -> int:
     """Runs the walkthrough (with the plans in a PYUSD-like Token-2022 mint if
-    `token_2022`): 0 when every step did what it should, 1 (the reason and the failing
-    process's stderr on stderr) when one did not, 130 when interrupted."""
+    `token_2022`; the paywall and the dashboard kept up until Ctrl-C if `serve`): 0 when
+    every step did what it should, 1 (the reason and the failing process's stderr on
+    stderr) when one did not, 130 when interrupted."""
     from svcpay._extras import require
 
     # The resource server (FastAPI, uvicorn), the facilitator and its analytics chart.
@@ -31,7 +32,7 @@ def run(out_dir: Path = DEFAULT_OUT, *, token_2022: bool = False) -> int:
     )
     from svcpay.demo.walkthrough import run as run_walkthrough
 
-    return run_walkthrough(out_dir, token_2022=token_2022)
+    return run_walkthrough(out_dir, token_2022=token_2022, serve=serve)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,5 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         help=f"where the analytics chart is written (default: {DEFAULT_OUT})",
     )
     parser.add_argument("--token-2022", action="store_true", help=TOKEN_2022_HELP)
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="keep the paywall and the dashboard up after the walkthrough, until Ctrl-C",
+    )
     args = parser.parse_args(argv)
-    return run(args.out, token_2022=args.token_2022)
+    return run(args.out, token_2022=args.token_2022, serve=args.serve)

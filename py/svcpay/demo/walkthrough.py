@@ -44,6 +44,7 @@ from spl.token.instructions import get_associated_token_address
 from svcpay.amounts import format_amount, to_base_units
 from svcpay.client import PaymentAuth
 from svcpay.demo import DEFAULT_OUT, mpp, sessions
+from svcpay.demo import serve as serving
 from svcpay.demo.children import Child, DemoFailed, run_command
 from svcpay.demo.receiver import WebhookReceiver
 from svcpay.examples.resource_server import DATA_PRICE, PROCESS_PRICE
@@ -348,6 +349,7 @@ def start_services(
             "SVCPAY_BILLING_AUTHORITY": str(server_key),
             "SVCPAY_STATE_DB": str(tmp / "resource-server.db"),
             "SVCPAY_FACILITATOR_API_KEY": api_key,  # it reports session vouchers
+            "SVCPAY_TOKEN_SYMBOL": "USDC",  # the demo's USDC, as its paywall names it
         }
     )
     if world.plans_in.token_2022:  # the plans are in PYUSD, one-time payments in USDC
@@ -816,9 +818,11 @@ class Demo:
     """One run. `children`, `validator_url` and `tmp` stay readable afterwards (tests check
     that nothing is left behind)."""
 
-    def __init__(self, out_dir: Path, token_2022: bool = False) -> None:
+    def __init__(self, out_dir: Path, token_2022: bool = False, serve: bool = False) -> None:
         self.out_dir = out_dir
         self.token_2022 = token_2022  # the plans in a PYUSD-like Token-2022 mint
+        self.serve = serve  # keep the services up for a browser until Ctrl-C (--serve)
+        self.serving = False  # a Ctrl-C while serving is how a --serve run ends: exit 0
         self.children: list[Child] = []
         self.validator_url: str | None = None
         self.tmp: Path | None = None
@@ -844,6 +848,10 @@ class Demo:
         walk = Walkthrough(chain, world, services, receiver, self.out_dir, wall_start)
         asyncio.run(walk.run())
         step(f"Done in {time.monotonic() - began:.1f} s")
+        if self.serve:
+            left = usdc(token_balance(chain, world.client.pubkey(), world.mint))
+            self.serving = True
+            serving.serve(tmp, services, world, node.url, left, self.children)
         say("stopping the resource server, the facilitator and the validator")
 
     def failed(self, message: str, child: Child | None) -> None:
@@ -898,12 +906,17 @@ def uninterrupted() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous[1])
 
 
-def run(out_dir: Path = DEFAULT_OUT, demo: Demo | None = None, token_2022: bool = False) -> int:
+def run(
+    out_dir: Path = DEFAULT_OUT,
+    demo: Demo | None = None,
+    token_2022: bool = False,
+    serve: bool = False,
+) -> int:
     """Runs the walkthrough (`demo`, or a new one writing to `out_dir`, with the plans in a
-    PYUSD-like Token-2022 mint if `token_2022`): 0 when every step did what it should, 1
-    (the reason and the failing process's stderr on stderr) when one did not, 130 when
-    interrupted."""
-    demo = demo or Demo(out_dir, token_2022)
+    PYUSD-like Token-2022 mint if `token_2022`, the services kept up until Ctrl-C if
+    `serve`): 0 when every step did what it should (and, serving, on Ctrl-C), 1 (the reason
+    and the failing process's stderr on stderr) when one did not, 130 when interrupted."""
+    demo = demo or Demo(out_dir, token_2022, serve)
     stack = ExitStack()
     code = 1
     with signals_for_cleanup():
@@ -917,8 +930,11 @@ def run(out_dir: Path = DEFAULT_OUT, demo: Demo | None = None, token_2022: bool 
         except (ProgramBinaryMissing, LocalnetError) as e:
             demo.failed(str(e), None)
         except KeyboardInterrupt:
-            print("\ndemo interrupted", file=sys.stderr)
-            code = 130
+            if demo.serving:
+                code = 0
+            else:
+                print("\ndemo interrupted", file=sys.stderr)
+                code = 130
         except Exception as e:
             demo.failed(f"{type(e).__name__}: {e}\n{traceback.format_exc()}", None)
         finally:

@@ -14,6 +14,11 @@ when it is ready. Configuration comes from the environment:
 
     SVCPAY_RPC_URL             the cluster's JSON-RPC URL (default http://127.0.0.1:8899)
     SVCPAY_NETWORK             the network named in terms and proofs (default solana-mainnet)
+    SVCPAY_TOKEN_SYMBOL        what the browser paywall calls SVCPAY_MINT when it is no
+                               stablecoin it knows by address (the demo's USDC: "USDC")
+    SVCPAY_PAYWALL_RPC_URL     the JSON-RPC URL a payer's browser reaches, for the paywall's
+                               wallet payments (default SVCPAY_RPC_URL); "off" leaves the
+                               browser paywall without its wallet script
     SVCPAY_FACILITATOR_URL     the facilitator clients pay through (advertised in `svc`)
     SVCPAY_FACILITATOR_KEY     the facilitator's proof-signing key; by default read at
                                startup from `GET {SVCPAY_FACILITATOR_URL}/supported`
@@ -79,7 +84,7 @@ from solders.pubkey import Pubkey
 from solders.rpc.responses import GetAccountInfoResp
 
 from svcpay.amounts import to_base_units
-from svcpay.gate import OneTime, Session, Subscription, payment_gate
+from svcpay.gate import OneTime, Paywall, Session, Subscription, payment_gate
 from svcpay.gate.chain import ChainSubscriptions, session_scheme
 from svcpay.gate.meter import BatchingMeter
 from svcpay.gate.pricing import Terms
@@ -142,6 +147,8 @@ class Settings:
     fee_payer: str | None = None
     facilitator_api_key: str | None = field(default=None, repr=False)
     plan_mint: str | None = None  # the plans' token, when not `mint`
+    paywall_rpc_url: str | None = None  # what browsers reach; None: `rpc_url`; "off": none
+    token_symbol: str | None = None  # the paywall's name for `mint`
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -171,6 +178,8 @@ class Settings:
             fee_payer=env.get("SVCPAY_FEE_PAYER") or None,
             facilitator_api_key=env.get("SVCPAY_FACILITATOR_API_KEY") or None,
             plan_mint=env.get("SVCPAY_PLAN_MINT") or None,
+            paywall_rpc_url=env.get("SVCPAY_PAYWALL_RPC_URL") or None,
+            token_symbol=env.get("SVCPAY_TOKEN_SYMBOL") or None,
         )
 
 
@@ -297,8 +306,23 @@ def create_app(settings: Settings) -> FastAPI:
         meter=meter,
         x402_facilitator=x402,
         sessions=sessions,
+        paywall=paywall_of(settings),
     )
     return app
+
+
+def paywall_of(settings: Settings) -> Paywall:
+    """The browser paywall: its wallet script reaches the RPC node at SVCPAY_PAYWALL_RPC_URL
+    (default SVCPAY_RPC_URL; "off": the page shows the terms only)."""
+    rpc = settings.paywall_rpc_url or settings.rpc_url
+    try:
+        return Paywall(
+            title="svcpay example API",
+            rpc_url=None if rpc == "off" else rpc,
+            token_symbol=settings.token_symbol,
+        )
+    except ValueError as e:
+        raise ConfigError(f"SVCPAY_PAYWALL_RPC_URL: {e}") from e
 
 
 # -- startup reads and checks -------------------------------------------------------------

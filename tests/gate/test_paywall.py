@@ -348,11 +348,17 @@ async def test_with_an_rpc_url_the_page_carries_the_wallet_script() -> None:
     assert script == {"nonce": nonce[1]}
     config = json.loads(response.text.split('id="svcpay-paywall">')[1].split("</script>")[0])
     required = json.loads(base64.b64decode(response.headers["payment-required"]))
-    assert config == {"rpc": RPC, "required": required}
+    assert config["rpc"] == RPC and config["required"] == required
+    assert config["chain"] == "solana:mainnet"
+    assert config["plans"] == [{"plan": str(PLAN), "metered": 250_000}]
     assert wallet_bundle() in response.text
     (section,) = [a for a in page.all("section") if a.get("id") == "svcpay-wallet"]
     assert "hidden" in section  # shown by the script: without it there is nothing to press
     assert "Pay 0.50 USDC" in page.words
+    assert "Subscribe: 10.00 USDC every 30 days" in page.words
+    (cap,) = [a for a in page.all("input") if a.get("id") == "svcpay-cap-0"]
+    assert cap["value"] == "10"
+    assert [a for a in page.all("label") if a.get("for") == "svcpay-cap-0"]
 
 
 async def test_strings_in_the_wallet_scripts_data_cannot_close_its_element() -> None:
@@ -382,7 +388,24 @@ async def test_without_an_rpc_url_or_with_the_wallet_off_no_script_runs(
     assert page_of(response).all("script") == []
 
 
-async def test_a_route_without_x402_gets_no_wallet_script() -> None:
+async def test_a_route_sold_by_subscription_only_gets_the_subscribe_button() -> None:
+    pricing = {"/v1": [Subscription(PLAN, 10_000_000, 86_400)]}
+    paywall = Paywall(rpc_url=RPC)
+    async with asgi_client(pricing=pricing, schemes=["subscription"], paywall=paywall) as http:
+        response = await http.get("/v1/data", headers={"accept": BROWSER})
+    page = page_of(response)
+    config = json.loads(response.text.split('id="svcpay-paywall">')[1].split("</script>")[0])
+    assert config == {
+        "rpc": RPC,
+        "chain": "solana:mainnet",
+        "plans": [{"plan": str(PLAN), "metered": 0}],
+    }
+    assert "Subscribe: 10.00 USDC every day" in page.words
+    assert not [a for a in page.all("button") if a.get("id") == "svcpay-pay"]
+    assert not page.all("input")  # no allowance to set
+
+
+async def test_a_route_without_x402_or_a_plan_gets_no_wallet_script() -> None:
     pricing = {"/v1": [OneTime(500_000)]}
     async with asgi_client(
         pricing=pricing, schemes=["svcpay"], paywall=Paywall(rpc_url=RPC)

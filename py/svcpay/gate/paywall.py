@@ -208,7 +208,7 @@ def render(
     """The HTML 402 for `request`: `reply` (the JSON 402 the gate built, whose headers are
     kept) with the page as its body and the page's security headers."""
     nonce = secrets.token_urlsafe(18)
-    wallet = _wallet_config(paywall, ways, reply)
+    wallet = _wallet_config(paywall, pricing, terms, ways, reply)
     page = _page(paywall, request, pricing, terms, ways, reply, nonce, wallet).encode()
     policy = content_security_policy(
         nonce, paywall.logo_url, nonce if wallet else None, paywall.rpc_url
@@ -271,7 +271,7 @@ def _page(
 <header>{logo}<h1>{_e(paywall.title)}</h1></header>
 <p class="resource">Payment is required for <code>{_e(resource)}</code>.</p>
 {f'<p class="message">{_e(message)}</p>' if message else ""}
-{_wallet_section(paywall, pricing, terms) if wallet else ""}
+{_wallet_section(paywall, pricing, terms, ways, wallet) if wallet else ""}
 {"".join(s for s in sections if s)}
 <section aria-labelledby="agents">
 <h2 id="agents">Paying from a program or an agent</h2>
@@ -394,37 +394,85 @@ def _subscriptions(paywall: Paywall, pricing: list[PricingEntry], terms: Terms, 
     )
 
 
-def _wallet_config(paywall: Paywall, ways: Ways, reply: Reply) -> dict[str, Any] | None:
-    """What the wallet script reads (the x402 terms of `reply`, the RPC URL), or None when
-    the page carries no script: no RPC URL, the wallet turned off, or no x402 terms."""
-    if not (paywall.wallet and paywall.rpc_url and ways.x402):
+def _wallet_config(
+    paywall: Paywall, pricing: list[PricingEntry], terms: Terms, ways: Ways, reply: Reply
+) -> dict[str, Any] | None:
+    """What the wallet script reads (the RPC URL, the x402 terms of `reply`, the plans it
+    can subscribe to), or None when the page carries no script: no RPC URL, the wallet
+    turned off, or neither x402 terms nor a plan."""
+    if not (paywall.wallet and paywall.rpc_url):
         return None
+    required: Any = None
     header = next((v for k, v in reply.headers if k.lower() == b"payment-required"), None)
-    if header is None:
+    if ways.x402 and header is not None:
+        try:
+            required = json.loads(base64.b64decode(header, validate=True))
+        except (binascii.Error, ValueError):
+            required = None
+    plans = [{"plan": e.plan, "metered": e.metered or 0} for e in _plans(pricing, ways)]
+    if not isinstance(required, dict) and not plans:
         return None
-    try:
-        required = json.loads(base64.b64decode(header, validate=True))
-    except (binascii.Error, ValueError):
-        return None
-    if not isinstance(required, dict):
-        return None
-    return {"rpc": paywall.rpc_url, "required": required}
+    config: dict[str, Any] = {"rpc": paywall.rpc_url, "chain": _chain(terms.network)}
+    if isinstance(required, dict):
+        config["required"] = required
+    if plans:
+        config["plans"] = plans
+    return config
 
 
-def _wallet_section(paywall: Paywall, pricing: list[PricingEntry], terms: Terms) -> str:
+def _plans(pricing: list[PricingEntry], ways: Ways) -> list[Subscription]:
+    """The plans the page can subscribe a wallet to."""
+    return [e for e in pricing if isinstance(e, Subscription)] if ways.subscription else []
+
+
+def _chain(network: str) -> str:
+    """The Wallet Standard chain of svcpay's network name (a local cluster otherwise)."""
+    name = network.removeprefix("solana-")
+    return f"solana:{name}" if name in ("mainnet", "devnet", "testnet") else "solana:localnet"
+
+
+def _wallet_section(
+    paywall: Paywall, pricing: list[PricingEntry], terms: Terms, ways: Ways, wallet: dict[str, Any]
+) -> str:
     """The wallet's controls: hidden until the script shows them (without JavaScript there
     is nothing to press)."""
-    price = next((e.amount for e in pricing if isinstance(e, OneTime)), None)
-    label = f"Pay {_price(price, terms.token, paywall, terms)}" if price is not None else "Pay"
+    controls = []
+    if "required" in wallet:
+        price = next((e.amount for e in pricing if isinstance(e, OneTime)), None)
+        label = f"Pay {_price(price, terms.token, paywall, terms)}" if price else "Pay"
+        controls.append(
+            f'<button id="svcpay-pay" type="button" class="pay">{_e(label)}</button>'
+            '<p class="note">Your wallet signs one transfer of this price; the facilitator '
+            "pays the network fee and settles it.</p>"
+        )
+    for i, entry in enumerate(_plans(pricing, ways)):
+        token = _mint_of(entry, terms)
+        every = f"{_price(entry.amount, token, paywall, terms)} {_every(entry.interval)}"
+        cap = ""
+        if entry.metered:
+            suggested = Decimal(entry.amount).scaleb(-paywall.decimals).normalize()
+            cap = (
+                f'<label for="svcpay-cap-{i}">Metered allowance per period (in tokens)</label> '
+                f'<input id="svcpay-cap-{i}" type="text" inputmode="decimal" '
+                f'value="{_e(f"{suggested:f}")}" size="10"> '
+            )
+        controls.append(
+            f'<div class="subscribe">{cap}<button id="svcpay-subscribe-{i}" type="button" '
+            f'class="pay">Subscribe: {_e(every)}</button></div>'
+        )
+    if any(_plans(pricing, ways)):
+        controls.append(
+            '<p class="note">Subscribing charges the first period now from your wallet '
+            "(which pays the network fee and the subscription account's rent); the provider "
+            "renews it each period until you cancel.</p>"
+        )
     return f"""<section id="svcpay-wallet" aria-labelledby="wallet" hidden>
 <h2 id="wallet">Pay with a wallet</h2>
 <p id="svcpay-status" role="status" aria-live="polite">Looking for a Solana wallet…</p>
 <ul id="svcpay-wallets" class="wallets"></ul>
 <div id="svcpay-connected" hidden>
 <p>Connected account: <code id="svcpay-account"></code></p>
-<button id="svcpay-pay" type="button" class="pay">{_e(label)}</button>
-<p class="note">Your wallet signs one transfer of this price; the facilitator pays the
-network fee and settles it.</p>
+{"".join(controls)}
 </div>
 <div id="svcpay-result" hidden>
 <h3>The response</h3>
@@ -482,6 +530,7 @@ def _style(paywall: Paywall) -> str:
         "button:disabled{opacity:.6;cursor:progress}"
         ".wallets{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:.5rem}"
         ".wallets img{vertical-align:middle;margin-right:.5rem}"
+        ".subscribe{margin:.75rem 0}.subscribe input{font:inherit;padding:.4rem}"
         "#svcpay-status{overflow-wrap:anywhere}#svcpay-status[data-kind=error]{font-weight:600}"
         ".note{font-size:.9rem}"
     )

@@ -5,6 +5,10 @@
 // svcpay.schemes.x402_exact.client: compute limit, compute price, TransferChecked, memo),
 // has the wallet sign it as the token authority (the facilitator is the fee payer and signs
 // when it settles), retries the request with it in PAYMENT-SIGNATURE and shows the answer.
+// Where the route is sold by subscription, it also subscribes the wallet to the plan
+// (svc_billing's `subscribe`: the first period charged now, renewals pulled by the
+// facilitator) and retries the request with the subscription in X-Svc-Sub; a wallet that
+// already holds a live subscription to the plan uses it.
 // Without JavaScript the page still shows the terms: the section this fills stays hidden.
 //
 // Bundled with esbuild by scripts/build-paywall into py/svcpay/gate/static/paywall.js.
@@ -17,6 +21,7 @@ import {
   compileTransaction,
   createSolanaRpc,
   createTransactionMessage,
+  getAddressDecoder,
   getAddressEncoder,
   getBase64Decoder,
   getBase64Encoder,
@@ -48,6 +53,12 @@ const CHAINS = {
   "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1": "solana:devnet",
   "solana:4uhcVJyU9pJkvQyS88uRDiswHXSCkY3z": "solana:testnet",
 };
+const SYSTEM_PROGRAM = "11111111111111111111111111111111";
+// svc_billing's `subscribe` (its IDL's discriminator) and account layouts.
+const SUBSCRIBE = [254, 28, 191, 138, 156, 179, 183, 53];
+const PLAN_MINT = 48; // after the discriminator, authority and plan_id
+const PLAN_DESTINATION = 97; // after mint, decimals, amount and period_secs
+const CONFIRM_PATIENCE_MS = 60000;
 const CONNECT = "standard:connect";
 const SIGN = "solana:signTransaction";
 
@@ -138,6 +149,56 @@ async function readMint(rpc, mint) {
   return { tokenProgram: address(owner), decimals: data[44] };
 }
 
+function u64le(bytes, at) {
+  return new DataView(bytes.buffer, bytes.byteOffset + at, 8).getBigUint64(0, true);
+}
+
+async function readAccount(rpc, key) {
+  const { value } = await rpc.getAccountInfo(key, { encoding: "base64", commitment: "confirmed" }).send();
+  if (!value) return null;
+  return { owner: value.owner, data: getBase64Encoder().encode(value.data[0]) };
+}
+
+/** The plan's program (its owner), mint, decimals, price and destination. */
+async function readPlan(rpc, plan) {
+  const account = await readAccount(rpc, address(plan));
+  if (!account) throw new Error(`there is no plan at ${plan} on this cluster`);
+  const data = account.data;
+  if (data.length < PLAN_DESTINATION + 32) throw new Error(`${plan} is no svc_billing plan`);
+  const decode = (at) => getAddressDecoder().decode(data.subarray(at, at + 32));
+  return {
+    program: address(account.owner),
+    mint: decode(PLAN_MINT),
+    decimals: data[PLAN_MINT + 32],
+    amount: u64le(data, PLAN_MINT + 33),
+    destination: decode(PLAN_DESTINATION),
+  };
+}
+
+async function pda(program, seeds) {
+  const [found] = await getProgramDerivedAddress({ programAddress: program, seeds });
+  return found;
+}
+
+/** "12.5" of a mint with `decimals` -> base units; an Error for anything else. */
+function baseUnits(text, decimals) {
+  const match = /^\s*(\d+)(?:\.(\d*))?\s*$/.exec(text);
+  if (!match || (match[2] || "").length > decimals) throw new Error(`${text} is no amount with at most ${decimals} decimals`);
+  return BigInt(match[1] + (match[2] || "").padEnd(decimals, "0"));
+}
+
+async function confirm(rpc, signature) {
+  const deadline = Date.now() + CONFIRM_PATIENCE_MS;
+  while (Date.now() < deadline) {
+    const { value } = await rpc.getSignatureStatuses([signature]).send();
+    const found = value[0];
+    if (found && found.err) throw new Error(`the transaction failed: ${JSON.stringify(found.err, (_, v) => (typeof v === "bigint" ? Number(v) : v))}`);
+    if (found && (found.confirmationStatus === "confirmed" || found.confirmationStatus === "finalized")) return;
+    await new Promise((done) => setTimeout(done, 500));
+  }
+  throw new Error(`the transaction ${signature} was not confirmed within ${CONFIRM_PATIENCE_MS / 1000} s`);
+}
+
 async function buildPayment(config, terms, payer) {
   const extra = terms.extra || {};
   if (!extra.feePayer) throw new Error("the terms name no fee payer");
@@ -223,12 +284,7 @@ async function pay(config, terms, wallet, account) {
     });
     status("Paying: the facilitator settles the transfer…");
     const [name, value] = paymentHeader(config, terms, new Uint8Array(signedTransaction));
-    const response = await fetch(window.location.href, {
-      headers: { [name]: value, Accept: "application/json, text/plain;q=0.9, */*;q=0.1" },
-      credentials: "same-origin",
-    });
-    const body = await response.text();
-    show(response, body);
+    const response = await retry({ [name]: value });
     if (response.ok) {
       const settled = settlementOf(response);
       const signature = settled && settled.transaction ? ` Transaction ${settled.transaction}.` : "";
@@ -243,12 +299,101 @@ async function pay(config, terms, wallet, account) {
   }
 }
 
+/** Subscribes `account` to `offer.plan` (unless it holds a live subscription to it), then
+ * retries the request with X-Svc-Sub. */
+async function subscribe(config, offer, wallet, account, button, cap) {
+  button.disabled = true;
+  try {
+    const rpc = createSolanaRpc(config.rpc);
+    const subscriber = address(account.address);
+    status("Reading the plan…");
+    const plan = await readPlan(rpc, offer.plan);
+    const encode = getAddressEncoder();
+    const text = new TextEncoder();
+    const subscription = await pda(plan.program, [text.encode("subscription"), encode.encode(address(offer.plan)), encode.encode(subscriber)]);
+    const held = await readAccount(rpc, subscription);
+    if (held) {
+      status("You hold a subscription to this plan: trying it…");
+      const response = await retry({ "X-Svc-Sub": subscription });
+      if (response.ok) {
+        status(`Served with your subscription ${subscription}.`, "ok");
+        return;
+      }
+    }
+    const { tokenProgram } = await readMint(rpc, plan.mint);
+    const allowance = await pda(plan.program, [text.encode("allowance"), encode.encode(subscription)]);
+    const maxOverage = offer.metered ? baseUnits(cap.value, plan.decimals) : null;
+    const withAllowance = maxOverage !== null || (await readAccount(rpc, allowance)) !== null;
+    const delegate = await pda(plan.program, [text.encode("delegate"), encode.encode(subscriber)]);
+    const source = await ata(subscriber, plan.mint, tokenProgram);
+    const data = maxOverage === null ? concat(SUBSCRIBE, [0]) : concat(SUBSCRIBE, [1], u64(maxOverage));
+    const instruction = {
+      programAddress: plan.program,
+      accounts: [
+        { address: subscriber, role: AccountRole.WRITABLE_SIGNER },
+        { address: address(offer.plan), role: AccountRole.WRITABLE },
+        { address: subscription, role: AccountRole.WRITABLE },
+        withAllowance
+          ? { address: allowance, role: AccountRole.WRITABLE }
+          : { address: plan.program, role: AccountRole.READONLY }, // Anchor's "no account"
+        { address: source, role: AccountRole.WRITABLE },
+        { address: plan.destination, role: AccountRole.WRITABLE },
+        { address: plan.mint, role: AccountRole.READONLY },
+        { address: delegate, role: AccountRole.READONLY },
+        { address: tokenProgram, role: AccountRole.READONLY },
+        { address: address(SYSTEM_PROGRAM), role: AccountRole.READONLY },
+      ],
+      data,
+    };
+    const { value: lifetime } = await rpc.getLatestBlockhash({ commitment: "confirmed" }).send();
+    const message = pipe(
+      createTransactionMessage({ version: 0 }),
+      (m) => setTransactionMessageFeePayer(subscriber, m),
+      (m) => setTransactionMessageLifetimeUsingBlockhash(lifetime, m),
+      (m) => appendTransactionMessageInstructions([instruction], m),
+    );
+    const unsigned = new Uint8Array(getTransactionEncoder().encode(compileTransaction(message)));
+    status(`Waiting for ${wallet.name} to sign the subscription…`);
+    const [{ signedTransaction }] = await wallet.features[SIGN].signTransaction({
+      account,
+      transaction: unsigned,
+      chain: config.chain || "solana:localnet",
+    });
+    status("Subscribing: sending the transaction…");
+    const wire = getBase64Decoder().decode(new Uint8Array(signedTransaction));
+    const signature = await rpc.sendTransaction(wire, { encoding: "base64", preflightCommitment: "confirmed" }).send();
+    await confirm(rpc, signature);
+    status("Subscribed: asking with the subscription…");
+    const response = await retry({ "X-Svc-Sub": subscription });
+    if (response.ok) {
+      status(`Subscribed. Subscription ${subscription}, transaction ${signature}.`, "ok");
+    } else {
+      status(`Subscribed (${subscription}), but the server answered ${response.status}.`, "error");
+      button.disabled = false;
+    }
+  } catch (e) {
+    status(`Not subscribed: ${e && e.message ? e.message : e}`, "error");
+    button.disabled = false;
+  }
+}
+
+/** The request again with `headers`; its answer shown. */
+async function retry(headers) {
+  const response = await fetch(window.location.href, {
+    headers: { ...headers, Accept: "application/json, text/plain;q=0.9, */*;q=0.1" },
+    credentials: "same-origin",
+  });
+  show(response, await response.text());
+  return response;
+}
+
 function start() {
   const config = readConfig();
   const section = $("svcpay-wallet");
   if (!config || !section) return;
   const terms = exactTerms(config);
-  if (!terms) return;
+  const plans = config.plans || [];
+  if (!terms && plans.length === 0) return;
   section.hidden = false;
   const list = $("svcpay-wallets");
   const { get, on } = getWallets();
@@ -293,9 +438,20 @@ function start() {
       list.replaceChildren();
       $("svcpay-account").textContent = account.address;
       $("svcpay-connected").hidden = false;
+      const first = [];
       const button = $("svcpay-pay");
-      button.addEventListener("click", () => pay(config, terms, wallet, account));
-      button.focus();
+      if (button && terms) {
+        button.addEventListener("click", () => pay(config, terms, wallet, account));
+        first.push(button);
+      }
+      plans.forEach((offer, i) => {
+        const sub = $(`svcpay-subscribe-${i}`);
+        if (!sub) return;
+        const cap = $(`svcpay-cap-${i}`);
+        sub.addEventListener("click", () => subscribe(config, offer, wallet, account, sub, cap));
+        first.push(sub);
+      });
+      if (first.length) first[0].focus();
       status(`Connected ${wallet.name}.`);
     } catch (e) {
       status(`Could not connect: ${e && e.message ? e.message : e}`, "error");

@@ -20,12 +20,18 @@ PAGES = ("", "/subscriptions", "/events", "/webhooks", "/keys", "/sessions")
 HOSTILE = "<script>window.__pwned=1</script>"
 
 
-def login(context: BrowserContext, demo: ServedDemo, key: str) -> tuple[Page, Watched]:
+def try_login(context: BrowserContext, demo: ServedDemo, key: str) -> tuple[Page, Watched]:
+    """The login form filled in with `key` and sent, on a new page of `context`."""
     page = context.new_page()
     watched = watch(page)
     page.goto(f"{demo.dashboard}/login")
     page.get_by_label("API key").fill(key)
     page.get_by_role("button", name="Log in").click()
+    return page, watched
+
+
+def login(context: BrowserContext, demo: ServedDemo, key: str) -> tuple[Page, Watched]:
+    page, watched = try_login(context, demo, key)
     page.wait_for_url(re.compile(r".*/dashboard/?$"))
     return page, watched
 
@@ -177,10 +183,7 @@ def test_a_key_is_created_and_revoked_and_forms_need_their_csrf_token(
     page.wait_for_load_state()
     assert page.get_by_role("button", name=f"Revoke key {key_id}").count() == 0
     refused = browser.new_context()
-    page2 = refused.new_page()
-    page2.goto(f"{served_demo.dashboard}/login")
-    page2.get_by_label("API key").fill(new_key)
-    page2.get_by_role("button", name="Log in").click()
+    page2, _ = try_login(refused, served_demo, new_key)
     assert page2.get_by_role("alert").is_visible()
     assert page2.url.endswith("/login")
     refused.close()

@@ -8,14 +8,21 @@ from __future__ import annotations
 import json
 
 import httpx
-from playwright.sync_api import Browser
+from playwright.sync_api import Browser, BrowserContext, Page
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from svcpay.keys import load_keypair
 from tests.browser.chain import token_account_balance, wallet_balance
 from tests.browser.conftest import ServedDemo
-from tests.support.browser import contrast, inject_wallet, shot, unlabelled_controls, watch
+from tests.support.browser import (
+    Watched,
+    contrast,
+    inject_wallet,
+    shot,
+    unlabelled_controls,
+    watch,
+)
 
 PRICE = 500_000  # GET /v1/data: 0.50 USDC
 PAID_PATIENCE_MS = 90_000
@@ -37,15 +44,21 @@ def balances(demo: ServedDemo, wallet: Keypair) -> tuple[int, int]:
     )
 
 
+def with_wallet(
+    browser: Browser, demo: ServedDemo, wallet: Keypair
+) -> tuple[BrowserContext, Page, Watched]:
+    """A browser context whose pages hold the test wallet, and a watched page in it."""
+    context = browser.new_context()
+    inject_wallet(context, wallet)
+    page = context.new_page()
+    return context, page, watch(page, demo.paywall)
+
+
 def test_a_wallet_pays_the_paywall_and_the_page_shows_the_paid_response(
     browser: Browser, served_demo: ServedDemo
 ) -> None:
     wallet = load_keypair(served_demo.wallet)
-    context = browser.new_context()
-    inject_wallet(context, wallet)
-    page = context.new_page()
-    watched = watch(page, served_demo.paywall)
-
+    context, page, watched = with_wallet(browser, served_demo, wallet)
     response = page.goto(served_demo.paywall)
     assert response is not None and response.status == 402
     assert response.headers["content-type"].startswith("text/html")
@@ -84,10 +97,7 @@ def test_a_refused_signature_pays_nothing_and_the_keyboard_alone_can_pay_after(
     browser: Browser, served_demo: ServedDemo
 ) -> None:
     wallet = load_keypair(served_demo.wallet)
-    context = browser.new_context()
-    inject_wallet(context, wallet)
-    page = context.new_page()
-    watched = watch(page, served_demo.paywall)
+    context, page, watched = with_wallet(browser, served_demo, wallet)
     page.goto(served_demo.paywall)
     page.get_by_text("1 wallet found.").wait_for()
 

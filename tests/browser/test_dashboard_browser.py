@@ -57,6 +57,8 @@ def test_the_demo_provider_sees_its_data_on_every_page(
     assert "Totals" in overview and "Revenue by day" in overview
     assert page.locator("svg.chart").count() == 1
     assert "MRR" in overview
+    # The walkthrough's first period of the 10 USDC plan, shown in tokens.
+    assert re.search(r"^subscription\t10\.00\t0\.00\t10\.00\t1$", overview, re.MULTILINE), overview
     shot(page, "dashboard-overview")
     seen = {}
     for path in PAGES:

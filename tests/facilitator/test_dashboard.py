@@ -203,8 +203,8 @@ async def test_the_overview_shows_the_report_and_an_svg_chart(
     async with client_for(target, two[0].key) as client:
         page = (await client.get("/dashboard/")).text
     assert "<svg" in page and 'class="bar"' in page
-    assert "<dd>1734</dd>" in page  # volume: 1234 + 500
-    assert "Recurring revenue" in page and "<dd>1234</dd>" in page
+    assert "<dd>0.001734</dd>" in page  # volume: 1234 + 500 base units, in tokens
+    assert "Recurring revenue" in page and "<dd>0.001234</dd>" in page
     assert "<script" not in page
 
 

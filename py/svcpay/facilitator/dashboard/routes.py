@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from decimal import Decimal
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs
@@ -65,6 +66,19 @@ def _when(ts: Any) -> str:
     return datetime.fromtimestamp(int(ts), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+# What amounts are shown with: USDC, USDT, PYUSD and USDG all have 6 decimals (the events
+# and the analytics API keep base units; the dashboard shows tokens).
+DECIMALS = 6
+
+
+def _tokens(units: Any) -> str:
+    """12500000 -> "12.50" (at least two decimals, the rest only when not zero)."""
+    if units is None or units == "":
+        return "—"
+    whole, _, frac = f"{Decimal(int(units)).scaleb(-DECIMALS):,.{DECIMALS}f}".partition(".")
+    return f"{whole}.{frac.rstrip('0').ljust(2, '0')}"
+
+
 def _templates() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("svcpay.facilitator.dashboard", "templates"),
@@ -74,6 +88,7 @@ def _templates() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["when"] = _when
+    env.filters["tokens"] = _tokens
     env.filters["pretty"] = lambda data: json.dumps(data, indent=2, ensure_ascii=False)
     return env
 

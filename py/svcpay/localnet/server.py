@@ -137,10 +137,6 @@ def answer(methods: Methods, body: bytes) -> str:
     return "" if reply is None else _json(reply)
 
 
-# Browsers on any origin may read the answers (agave's RPC service allows any origin).
-CORS = {"Access-Control-Allow-Origin": "*"}
-
-
 class _Handler(BaseHTTPRequestHandler):
     methods: Methods
     protocol_version = "HTTP/1.1"
@@ -190,23 +186,26 @@ class _Handler(BaseHTTPRequestHandler):
             self._text(WRONG_METHOD)
 
     def do_OPTIONS(self) -> None:  # noqa: N802
-        # A browser's CORS preflight (a page on another origin posting JSON, such as the
-        # paywall's wallet script): allowed from any origin, as agave's RPC service allows
-        # it (`AccessControlAllowOrigin::Any`, a max age of a day).
-        asked = self.headers.get("Access-Control-Request-Headers") or "content-type"
-        self._reply(
-            200,
-            "",
-            "application/json; charset=utf-8",
-            {
-                "Allow": "OPTIONS, POST",
-                "Accept": "application/json",
-                **CORS,
-                "Access-Control-Allow-Methods": "POST, OPTIONS",
-                "Access-Control-Allow-Headers": asked[:1000].replace("\r", "").replace("\n", ""),
-                "Access-Control-Max-Age": "86400",
-            },
-        )
+        asked = self.headers.get("Access-Control-Request-Headers")
+        headers = {"Allow": "OPTIONS, POST", "Accept": "application/json", **self._cors()}
+        if asked and "Access-Control-Allow-Origin" in headers:
+            listed = ", ".join(h.strip() for h in asked.split(",") if h.strip())
+            headers["Access-Control-Allow-Headers"] = listed[:1000]
+        self._reply(200, "", "application/json; charset=utf-8", headers)
+
+    def _cors(self) -> dict[str, str]:
+        """CORS as agave's RPC service answers (jsonrpc-http-server, any origin): a request
+        with an `Origin` gets it back, so a page on another origin (the paywall's wallet
+        script) can read mints and blockhashes; one without gets no CORS headers."""
+        origin = self.headers.get("Origin")
+        if not origin or any(c in origin for c in "\r\n"):
+            return {}
+        return {
+            "Vary": "origin",
+            "Access-Control-Allow-Methods": "OPTIONS, POST",
+            "Access-Control-Allow-Origin": origin,
+            "Access-Control-Max-Age": "86400",
+        }
 
     def _not_allowed(self) -> None:
         self._body()
@@ -233,7 +232,9 @@ class _Handler(BaseHTTPRequestHandler):
         except UnicodeDecodeError as e:
             self._text((400, f"utf-8 encoding error at byte {e.start} in request body"))
             return
-        self._reply(200, answer(self.methods, body), "application/json; charset=utf-8", CORS)
+        self._reply(
+            200, answer(self.methods, body), "application/json; charset=utf-8", self._cors()
+        )
 
 
 def serve(

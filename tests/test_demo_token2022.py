@@ -32,7 +32,15 @@ def test_svcpay_demo_and_python_m_pass_the_option_on(
     assert main(["demo", "--token-2022", "--out", str(tmp_path), "--json"]) == 0
     assert demo.main(["--token-2022", "--out", str(tmp_path)]) == 0
     assert main(["demo", "--out", str(tmp_path)]) == 0
-    assert asked == [{"token_2022": True}, {"token_2022": True}, {}]
+    assert main(["demo", "--serve", "--out", str(tmp_path)]) == 0
+    assert demo.main(["--serve", "--token-2022", "--out", str(tmp_path)]) == 0
+    assert asked == [
+        {"token_2022": True},
+        {"token_2022": True},
+        {},
+        {"serve": True},
+        {"token_2022": True, "serve": True},
+    ]
     assert json.loads(capsys.readouterr().out.splitlines()[0])["ok"] is True
 
 

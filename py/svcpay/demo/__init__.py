@@ -55,4 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         help="keep the paywall and the dashboard up after the walkthrough, until Ctrl-C",
     )
     args = parser.parse_args(argv)
-    return run(args.out, token_2022=args.token_2022, serve=args.serve)
+    options = {"token_2022": True} if args.token_2022 else {}  # only what was asked
+    if args.serve:
+        options["serve"] = True
+    return run(args.out, **options)

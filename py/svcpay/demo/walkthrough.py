@@ -930,7 +930,7 @@ def run(
         except (ProgramBinaryMissing, LocalnetError) as e:
             demo.failed(str(e), None)
         except KeyboardInterrupt:
-            if demo.serving:
+            if getattr(demo, "serving", False):  # a Ctrl-C is how --serve ends
                 code = 0
             else:
                 print("\ndemo interrupted", file=sys.stderr)

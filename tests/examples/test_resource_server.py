@@ -28,6 +28,7 @@ from svcpay.examples.resource_server import (
     Settings,
     create_app,
     fetch_facilitator_key,
+    paywall_of,
 )
 from svcpay.keys import save_keypair
 from svcpay.localnet.process import Localnet
@@ -239,6 +240,23 @@ async def test_settings_come_from_the_environment(provider: Provider) -> None:
     for name, value in (("SVCPAY_PAY_TO", "not-an-address"), ("SVCPAY_MEMO_SECRET", "short")):
         with pytest.raises(ConfigError, match=name):
             Settings.from_env({**env, name: value})
+
+
+async def test_the_paywall_pays_through_the_rpc_url_unless_told_otherwise(
+    provider: Provider,
+) -> None:
+    env = environment(provider.settings)
+    assert paywall_of(Settings.from_env(env)).rpc_url == provider.settings.rpc_url
+    browsers = {
+        **env,
+        "SVCPAY_PAYWALL_RPC_URL": "https://rpc.example",
+        "SVCPAY_TOKEN_SYMBOL": "USDC",
+    }
+    paywall = paywall_of(Settings.from_env(browsers))
+    assert (paywall.rpc_url, paywall.token_symbol) == ("https://rpc.example", "USDC")
+    assert paywall_of(Settings.from_env({**env, "SVCPAY_PAYWALL_RPC_URL": "off"})).rpc_url is None
+    with pytest.raises(ConfigError, match="SVCPAY_PAYWALL_RPC_URL: Paywall.rpc_url must be"):
+        paywall_of(Settings.from_env({**env, "SVCPAY_PAYWALL_RPC_URL": "javascript:x"}))
 
 
 async def test_the_facilitator_key_is_read_from_supported(provider: Provider) -> None:

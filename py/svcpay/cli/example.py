@@ -47,6 +47,8 @@ def serve(args: argparse.Namespace) -> int:
         state_db=args.state_db,
         x402=not args.no_x402,
         plan_mint=str(args.plan_mint) if args.plan_mint else None,
+        paywall_rpc_url=args.paywall_rpc_url,
+        token_symbol=args.token_symbol,
     )
     try:
         app = example.create_app(settings)
@@ -109,6 +111,18 @@ def register(subparsers: Subparsers) -> None:
         metavar="MINT",
         help="the token the plans are priced in, when not --mint (e.g. PYUSD plans beside "
         "one-time payments in USDC)",
+    )
+    p.add_argument(
+        "--token-symbol",
+        metavar="NAME",
+        help="what the browser paywall calls --mint when it is no stablecoin it knows by "
+        "address (mainnet USDC, USDT, PYUSD are named already)",
+    )
+    p.add_argument(
+        "--paywall-rpc-url",
+        metavar="URL",
+        help="the JSON-RPC URL payers' browsers reach, for paying and subscribing from the "
+        "paywall with a wallet (default: --url; 'off': the page shows the terms only)",
     )
     p.add_argument(
         "--metered-plan",

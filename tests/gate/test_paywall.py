@@ -286,7 +286,9 @@ async def test_an_unknown_mint_is_named_by_address_or_by_the_providers_symbol() 
 async def test_hostile_strings_are_shown_as_text() -> None:
     # A plan is named by its address (Subscription refuses anything else), so what a
     # provider writes is the description, the title, the footer and the token's symbol.
-    pricing = {"/v1": [OneTime(1, description=HOSTILE), Subscription(PLAN, 1, 3600)]}
+    pricing = {
+        "/v1": [OneTime(1, description=HOSTILE), Subscription(PLAN, 1, 3600, description=HOSTILE)]
+    }
     paywall = Paywall(title=HOSTILE, footer=HOSTILE, token_symbol=HOSTILE)
     async with asgi_client(
         pricing=pricing, schemes=["svcpay", "subscription"], paywall=paywall
@@ -297,8 +299,8 @@ async def test_hostile_strings_are_shown_as_text() -> None:
     assert "<script" not in response.text.lower()
     assert page.all("script") == [] and page.scripts == 0
     assert HOSTILE in page.title
-    # title, heading, path (resource line, agent command), description, symbol, footer
-    assert page.words.count(HOSTILE) >= 7
+    # title, heading, path (resource line, agent command), descriptions, symbol, footer
+    assert page.words.count(HOSTILE) >= 8
 
 
 async def test_the_page_is_sent_with_a_content_security_policy(http: httpx.AsyncClient) -> None:
@@ -386,6 +388,16 @@ async def test_without_an_rpc_url_or_with_the_wallet_off_no_script_runs(
         response = await http.get("/v1/data", headers={"accept": BROWSER})
     assert "script-src 'none'" in response.headers["content-security-policy"]
     assert page_of(response).all("script") == []
+
+
+async def test_a_described_plan_is_named_on_the_page() -> None:
+    pricing = {"/v1": [Subscription(PLAN, 10_000_000, 86_400, description="Pro")]}
+    paywall = Paywall(rpc_url=RPC)
+    async with asgi_client(pricing=pricing, schemes=["subscription"], paywall=paywall) as http:
+        response = await http.get("/v1/data", headers={"accept": BROWSER})
+    words = page_of(response).words
+    assert "Pro: 10.00 USDC every day" in words
+    assert "Subscribe to Pro: 10.00 USDC every day" in words
 
 
 async def test_a_route_sold_by_subscription_only_gets_the_subscribe_button() -> None:

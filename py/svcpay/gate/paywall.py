@@ -380,9 +380,10 @@ def _subscriptions(paywall: Paywall, pricing: list[PricingEntry], terms: Terms, 
                 "<li><strong>MPP <code>subscription</code></strong>: name your subscription "
                 "in an <code>Authorization: Payment</code> credential</li>"
             )
+        named = f"{entry.description}: " if entry.description else ""
         items.append(
             '<article class="offer">'
-            f"<h3>{_e(price)} {_e(_every(entry.interval))}</h3>"
+            f"<h3>{_e(named)}{_e(price)} {_e(_every(entry.interval))}</h3>"
             f"<p>Plan <code>{_e(entry.plan)}</code></p>{metered}<ul>{''.join(how)}</ul>"
             "</article>"
         )
@@ -448,6 +449,7 @@ def _wallet_section(
     for i, entry in enumerate(_plans(pricing, ways)):
         token = _mint_of(entry, terms)
         every = f"{_price(entry.amount, token, paywall, terms)} {_every(entry.interval)}"
+        to = f" to {entry.description}" if entry.description else ""
         cap = ""
         if entry.metered:
             suggested = Decimal(entry.amount).scaleb(-paywall.decimals).normalize()
@@ -458,7 +460,7 @@ def _wallet_section(
             )
         controls.append(
             f'<div class="subscribe">{cap}<button id="svcpay-subscribe-{i}" type="button" '
-            f'class="pay">Subscribe: {_e(every)}</button></div>'
+            f'class="pay">Subscribe{_e(to)}: {_e(every)}</button></div>'
         )
     if any(_plans(pricing, ways)):
         controls.append(

@@ -40,7 +40,8 @@ class Subscription:
 
     `token` and `pay_to` are the plan's mint and destination where they are not the gate's
     `Terms` (a plan in PYUSD on a gate whose one-time payments are in USDC): what the
-    plan's 402 option and MPP challenge name."""
+    plan's 402 option and MPP challenge name. `description` names the plan for people
+    (the browser paywall heads the plan's offer with it; a plan on chain has no name)."""
 
     plan: str
     amount: int  # the plan's price per period (shown to clients)
@@ -48,6 +49,7 @@ class Subscription:
     metered: int | None = None
     token: str | None = None  # default: Terms.token
     pay_to: str | None = None  # default: Terms.pay_to
+    description: str = ""
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,8 @@ def test_what_is_not_a_transaction_is_refused() -> None:
         (Payment(fee_payer=Keypair().pubkey()), "the fee payer must be the facilitator"),
         (Payment(extra_signers=(Keypair(),)), "exactly two signers"),
         (Payment(lookup=True), "lookup tables"),
-        (Payment(limit=50_001), "compute unit limit above 50000"),
+        (Payment(limit=200_001), "compute unit limit above 200000"),
+        (Payment(limit=200_000, price=250_001), "priority fee above 50000 lamports"),
         (Payment(price=1_000_001), "compute unit price above 1000000"),
         (Payment(edit=lambda ixs: ixs[1:]), "need exactly one SetComputeUnitLimit"),
         (Payment(edit=lambda ixs: [ixs[0], *ixs]), "need exactly one SetComputeUnitLimit"),
@@ -203,9 +204,11 @@ def test_an_index_past_the_accounts_is_invalid_not_a_crash() -> None:
 
 
 def test_a_payment_at_both_budget_caps_passes() -> None:
-    """The caps are inclusive: 50,000 units at 1,000,000 micro-lamports, 50,000 lamports of
-    priority fee at most (ADR 0008); one more of either is refused above."""
-    at_caps = Payment(limit=rules.MAX_COMPUTE_UNIT_LIMIT, price=rules.MAX_COMPUTE_UNIT_PRICE)
-    assert rules.check_payment(at_caps.transaction(), OPTION, FACILITATOR.pubkey()) == (
-        PAYER.pubkey()
-    )
+    """The caps are inclusive: 200,000 units (a hooked transfer's room), 1,000,000
+    micro-lamports a unit, and 50,000 lamports of priority fee whatever the split (ADR
+    0008); one more of any is refused above."""
+    for limit, price in ((50_000, rules.MAX_COMPUTE_UNIT_PRICE), (200_000, 250_000)):
+        at_caps = Payment(limit=limit, price=price)
+        assert rules.check_payment(at_caps.transaction(), OPTION, FACILITATOR.pubkey()) == (
+            PAYER.pubkey()
+        )

@@ -36,6 +36,10 @@ from svcpay.protocol.programs import MEMO_PROGRAM, TOKEN_2022_PROGRAM
 # /authorize accepts one (at most 1,000,000); 1 micro-lamport a unit adds under 1 lamport.
 COMPUTE_UNIT_PRICE = 1
 COMPUTE_UNIT_LIMIT = 50_000  # the transfer and the memo need about 10,000
+# Added for a Token-2022 mint, and again for one with a transfer hook (its CPI and the PDAs
+# of its extra accounts): as svcpay.schemes.x402_exact.client budgets them.
+TOKEN_2022_COMPUTE_UNITS = 20_000
+HOOK_COMPUTE_UNITS = 60_000
 SETTLE_PATIENCE_SECS = 90.0  # a signed payment's blockhash lives about a minute
 
 
@@ -113,10 +117,13 @@ async def build_payment(
         decimals=info.decimals,
     )
     transfer = transfer_checked(params)
+    limit = COMPUTE_UNIT_LIMIT
+    if program == TOKEN_2022_PROGRAM:
+        limit += TOKEN_2022_COMPUTE_UNITS + (HOOK_COMPUTE_UNITS if hook else 0)
     if hook:
         transfer = Instruction(transfer.program_id, transfer.data, [*transfer.accounts, *hook])
     ixs = [
-        set_compute_unit_limit(COMPUTE_UNIT_LIMIT),
+        set_compute_unit_limit(limit),
         set_compute_unit_price(COMPUTE_UNIT_PRICE),
         transfer,
         Instruction(MEMO_PROGRAM, (option.memo or "").encode(), []),

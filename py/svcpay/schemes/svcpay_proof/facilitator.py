@@ -34,10 +34,14 @@ from svcpay.protocol.settlement import SettlementError
 from svcpay.protocol.token2022 import MintAtEpoch, shortfall, transfer_accounts_problem
 
 # What a payment may cost the facilitator: one signature's fee (the client's signature is
-# the only other one) plus at most MAX_COMPUTE_UNIT_LIMIT * MAX_COMPUTE_UNIT_PRICE / 10^6
-# lamports of priority fee (50,000 lamports). The transfer and the memo need about 10,000.
-MAX_COMPUTE_UNIT_LIMIT = 50_000
+# the only other one) plus at most MAX_PRIORITY_FEE_LAMPORTS of priority fee (limit * price
+# / 10^6), whatever the split. An SPL Token transfer and the memo need about 10,000 units; a
+# Token-2022 transfer through a hook (its CPI, and the PDAs its extra accounts derive, whose
+# bump searches cost more for some addresses than others) can need over 50,000: on
+# solana-test-validator a fee-and-hook mint's payment at 50,000 once left the memo short.
+MAX_COMPUTE_UNIT_LIMIT = 200_000
 MAX_COMPUTE_UNIT_PRICE = 1_000_000  # micro-lamports per compute unit
+MAX_PRIORITY_FEE_LAMPORTS = 50_000
 
 
 def decode_payment(signed_payment: bytes) -> VersionedTransaction:
@@ -110,6 +114,7 @@ def _check(
     if int(option.amount) == 0:
         raise SettlementError("InvalidRequest", "the amount must be positive")
     transfers, memos, limits = [], [], 0
+    limit, price = 0, 0
     for ix in msg.instructions:
         program = keys[ix.program_id_index]
         accounts = [keys[i] for i in bytes(ix.accounts)]
@@ -118,6 +123,10 @@ def _check(
         data = bytes(ix.data)
         if program == COMPUTE_BUDGET:
             limits += _budget(data)
+            if data[:1] == b"\x02":
+                limit = struct.unpack_from("<I", data, 1)[0]
+            else:
+                price = struct.unpack_from("<Q", data, 1)[0]
         elif (
             program in TOKEN_PROGRAMS and data[:1] == bytes([TRANSFER_CHECKED]) and len(data) == 10
         ):
@@ -132,6 +141,12 @@ def _check(
         raise SettlementError(
             "InvalidTransaction",
             f"need exactly one SetComputeUnitLimit (at most {MAX_COMPUTE_UNIT_LIMIT})",
+        )
+    if limit * price > MAX_PRIORITY_FEE_LAMPORTS * 1_000_000:
+        raise SettlementError(
+            "InvalidTransaction",
+            f"priority fee above {MAX_PRIORITY_FEE_LAMPORTS} lamports (compute unit limit "
+            "times price)",
         )
     if len(transfers) != 1 or len(memos) != 1:
         raise SettlementError("InvalidTransaction", "need exactly one TransferChecked and one memo")

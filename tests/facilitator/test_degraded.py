@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -79,6 +80,20 @@ async def every_route(m: Market, key: str) -> dict[str, httpx.Response]:
     return {name: await call for name, call in calls.items()}
 
 
+DASHBOARD_PAGES = ["/dashboard/", "/dashboard/subscriptions", "/dashboard/events",
+                   "/dashboard/webhooks", "/dashboard/keys", "/dashboard/sessions"]  # fmt: skip
+
+
+async def dashboard_session(m: Market, key: str) -> httpx.AsyncClient:
+    """The facilitator's client, logged in to the dashboard with `key` (its cookie kept)."""
+    login = await m.fac.http.get("/dashboard/login")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', login.text)
+    assert csrf, login.text
+    answer = await m.fac.http.post("/dashboard/login", data={"csrf": csrf.group(1), "api_key": key})
+    assert answer.status_code == 303, answer.text
+    return m.fac.http
+
+
 def assert_unavailable(reply: httpx.Response, name: str) -> None:
     assert reply.status_code == 503, reply.text
     assert reply.headers["content-type"] == "application/json"
@@ -113,9 +128,16 @@ async def test_with_the_database_down_every_route_is_a_json_503_then_works_again
 ) -> None:
     m = pg_market
     _, key = await m.fac.service.store.api_keys.create(m.provider_id)
+    pages = await dashboard_session(m, key)
     caplog.set_level(logging.INFO)
     own_postgres.kill()
     replies = await every_route(m, key)
+    for page in DASHBOARD_PAGES:  # the provider's pages: HTML for people, the same 503
+        reply = await pages.get(page)
+        assert reply.status_code == 503, (page, reply.text)
+        assert reply.headers["content-type"].startswith("text/html")
+        assert int(reply.headers["retry-after"]) > 0
+        assert "database is unreachable" in reply.text and "Traceback" not in reply.text
 
     needs_no_database = {"supported", "openapi", "health", "verify proof"}
     for name, reply in replies.items():
@@ -134,6 +156,8 @@ async def test_with_the_database_down_every_route_is_a_json_503_then_works_again
     again = await m.fac.http.post("/authorize", json=body)
     assert again.status_code == 200, again.text
     assert PaymentProof.model_validate(again.json()).signature_valid()
+    back = await pages.get("/dashboard/subscriptions")  # the same session, the page again
+    assert back.status_code == 200, back.text
 
 
 async def test_a_payment_that_landed_gets_its_proof_though_recording_it_failed(

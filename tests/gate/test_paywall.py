@@ -478,6 +478,19 @@ def test_a_data_logo_needs_no_other_origin() -> None:
 
 
 @pytest.mark.parametrize(
+    ("rpc_url", "source"),
+    [
+        ("http://127.0.0.1:8899", "http://127.0.0.1:8899"),
+        ("http://[::1]:8899/", "http://[::1]:8899"),
+        ("https://rpc.example/path?api-key=k", "https://rpc.example"),
+    ],
+)
+def test_the_page_may_reach_the_rpc_nodes_origin_only(rpc_url: str, source: str) -> None:
+    csp = content_security_policy("n", None, "s", Paywall(rpc_url=rpc_url).rpc_url)
+    assert f"connect-src 'self' {source};" in csp
+
+
+@pytest.mark.parametrize(
     ("options", "complaint"),
     [
         ({"accent": "red"}, "Paywall.accent must be a CSS hex colour"),
@@ -497,6 +510,8 @@ def test_a_data_logo_needs_no_other_origin() -> None:
         ({"rpc_url": "https://u:p@rpc.example"}, "Paywall.rpc_url"),
         ({"rpc_url": "https://rpc.example; script-src *"}, "Paywall.rpc_url"),
         ({"rpc_url": "https://"}, "Paywall.rpc_url"),
+        ({"rpc_url": "https://rpc.example;script-src"}, "Paywall.rpc_url"),
+        ({"logo_url": "https://a.example,x/logo.png"}, "Paywall.logo_url"),
     ],
 )
 def test_bad_options_are_refused_when_the_paywall_is_made(

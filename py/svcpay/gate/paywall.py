@@ -50,8 +50,8 @@ __all__ = [
 ]
 
 _HEX_COLOUR = re.compile(r"#(?:[0-9a-fA-F]{3}|[0-9a-fA-F]{6})")
-_HTTPS_ORIGIN = re.compile(r"https://[A-Za-z0-9.-]+(?::[0-9]{1,5})?")
-_HTTP_ORIGIN = re.compile(r"https?://[A-Za-z0-9.\[\]:-]+(?::[0-9]{1,5})?")
+_NOT_IN_URLS = " \t\r\n\"'<>\\`"  # quoting or spacing: refused in any URL the page shows
+_ORIGIN = re.compile(r"https?://[A-Za-z0-9.\[\]:-]+(?::[0-9]{1,5})?")
 _DATA_IMAGE = re.compile(r"data:image/(?:png|jpeg|gif|webp|svg\+xml)[;,][A-Za-z0-9+/=;,%._-]*")
 
 # Mints a person recognises by name (pay-kit's KNOWN_MINTS, as MPP's charge client reads
@@ -615,29 +615,28 @@ def _message(reply: Reply) -> str | None:
 def _logo_source(url: str) -> str | None:
     """The CSP source that allows `url` (`https://host[:port]` or `data:`), None when it is
     no https or data:image URL the page will show."""
-    if any(c in url for c in " \t\r\n\"'<>\\`"):
+    if any(c in url for c in _NOT_IN_URLS):
         return None
     if url.startswith("data:"):
         return "data:" if _DATA_IMAGE.fullmatch(url) else None
-    parts = urlsplit(url)
-    if parts.scheme != "https" or parts.username is not None or parts.password is not None:
-        return None
-    origin = f"https://{parts.netloc}"
-    return origin if _HTTPS_ORIGIN.fullmatch(origin) else None
+    return _origin(url, ("https",))
 
 
 def _rpc_origin(url: str) -> str | None:
-    """The CSP source that lets the page reach `url` (`http[s]://host[:port]`), None when
-    it is no plain http(s) URL."""
-    if any(c in url for c in " \t\r\n\"'<>\\`;,"):
+    """The CSP source that lets the page reach `url` (`http[s]://host[:port]`)."""
+    return _origin(url, ("http", "https"))
+
+
+def _origin(url: str, schemes: tuple[str, ...]) -> str | None:
+    """`scheme://host[:port]` of `url`, None unless it is a plain URL in one of `schemes`
+    (no credentials; the origin holds nothing a CSP source list would read as a separator)."""
+    if any(c in url for c in _NOT_IN_URLS):
         return None
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or parts.username is not None:
-        return None
-    if parts.password is not None or not parts.netloc:
+    if parts.scheme not in schemes or parts.username is not None or parts.password is not None:
         return None
     origin = f"{parts.scheme}://{parts.netloc}"
-    return origin if _HTTP_ORIGIN.fullmatch(origin) else None
+    return origin if parts.netloc and _ORIGIN.fullmatch(origin) else None
 
 
 def _on(colour: str) -> str:

@@ -29,12 +29,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from svcpay.facilitator import analytics
 from svcpay.facilitator.dashboard import views
 from svcpay.facilitator.dashboard.auth import Cookies, Session, signing_secret
+from svcpay.facilitator.outage import DATABASE, RETRY_AFTER_SECS, RPC
 from svcpay.facilitator.service import Facilitator
 from svcpay.facilitator.store.providers import key_id
 
 log = logging.getLogger("svcpay.facilitator.dashboard")
 
 MAX_FORM = 8192
+WHAT = {DATABASE: "database", RPC: "RPC node"}  # an outage named for people
 HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
@@ -135,6 +137,7 @@ class Dashboard:
         template: str,
         session: Session | None,
         status: int = 200,
+        headers: dict[str, str] | None = None,
         **context: Any,
     ) -> HTMLResponse:
         html = self.templates.get_template(template).render(
@@ -145,7 +148,7 @@ class Dashboard:
             csrf=session.csrf if session else "",
             **context,
         )
-        return HTMLResponse(html, status_code=status)
+        return HTMLResponse(html, status_code=status, headers=headers)
 
     def redirect(self, request: Request, path: str) -> RedirectResponse:
         return RedirectResponse(f"{request.scope.get('root_path', '')}{path}", status_code=303)
@@ -187,11 +190,14 @@ class Dashboard:
             return self.failure(request, e)
 
     def failure(self, request: Request, e: Exception) -> Response:
-        """An HTML 503 while the database (or RPC node) is unreachable, else a 500 (a bug)."""
-        if self.fac.dependencies.failed(e) is not None:
+        """An HTML 503 with Retry-After while the database (or RPC node) is unreachable, as
+        the API answers, else a 500 (a bug)."""
+        if (down := self.fac.dependencies.failed(e)) is not None:
             return self.render(
-                request, "error.html", None, 503, title="Unavailable",
-                reason="the facilitator's database or RPC node is unreachable; try again",
+                request, "error.html", None, 503, {"Retry-After": str(RETRY_AFTER_SECS)},
+                title="Unavailable",
+                reason=f"the facilitator's {WHAT[down.dependency]} is unreachable; try again in "
+                f"{RETRY_AFTER_SECS} s",
             )  # fmt: skip
         log.exception("%s %s failed", request.method, request.url.path)
         return self.render(request, "error.html", None, 500, title="Error", reason="a bug")

@@ -44,13 +44,16 @@ FLAGS = [
 ]  # fmt: skip
 
 
-@pytest.fixture(scope="session")
+# Package-scoped: Playwright's sync API keeps an event loop running in the test's thread
+# until it stops, and tests after tests/browser (the demo's, which call asyncio.run) need
+# it stopped.
+@pytest.fixture(scope="package")
 def playwright() -> Iterator[Playwright]:
     with sync_playwright() as p:
         yield p
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     if not CHROMIUM.exists():
         pytest.fail(f"no Chromium at {CHROMIUM}: run scripts/chromium-ensure (apt's chromium)")

@@ -10,7 +10,7 @@ from svcpay.localnet.process import BACKENDS, TEST_VALIDATOR, Localnet, backend,
 from svcpay.localnet.validator import ValidatorNotFound, binary_version, find_validator
 from svcpay.program.client import BillingClient
 from tests.support.billing import Billing
-from tests.support.chain import Chain
+from tests.support.chain import TICKS_PER_SLOT, Chain
 from tests.support.clock import Clock
 from tests.support.pg_fixture import postgres_url  # noqa: F401  (a session fixture)
 from tests.support.processes import processes  # noqa: F401  (a fixture)
@@ -66,7 +66,11 @@ def validator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Localnet]:
     usdc = write_account_file(
         tmp_path_factory.mktemp("accounts") / "usdc.json", usdc_mint_account()
     )
-    with localnet(deploy=True, accounts=[(str(USDC_MAINNET_MINT), usdc)]) as node:
+    with localnet(
+        deploy=True,
+        accounts=[(str(USDC_MAINNET_MINT), usdc)],
+        ticks_per_slot=TICKS_PER_SLOT,
+    ) as node:
         yield node
 
 

@@ -18,7 +18,7 @@ from svcpay.program import deploy
 from svcpay.program.generated.program_id import PROGRAM_ID
 from tests.cli.conftest import Cli, keyfile
 from tests.support.billing import USDC, Billing, deduct_ix
-from tests.support.chain import Chain
+from tests.support.chain import TICKS_PER_SLOT, Chain
 from tests.support.clock import Clock
 
 
@@ -31,7 +31,7 @@ def _in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def empty_validator() -> Iterator[Localnet]:
     """A validator of the session's kind with no svc_billing on it."""
-    with localnet(program=None) as node:
+    with localnet(program=None, ticks_per_slot=TICKS_PER_SLOT) as node:
         yield node
 
 

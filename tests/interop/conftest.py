@@ -103,7 +103,7 @@ class Market:
 
 def finalize(chain: Chain, address: Pubkey) -> None:
     """Returns once `address` exists at `finalized`: at once by time travel on the drop-in
-    (the slot moves ~75 past), by waiting (~13 s) on solana-test-validator."""
+    (the slot moves ~75 past), by waiting (~4 s at 100 ms slots) on solana-test-validator."""
     if chain.can_time_travel:
         chain.time_travel(chain.unix_timestamp() + 30)
     deadline = time.monotonic() + FINALITY_TIMEOUT

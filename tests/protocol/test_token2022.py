@@ -23,6 +23,7 @@ from svcpay.protocol import token2022 as t22
 from svcpay.protocol.mints import ChainMints, MintUnavailable
 from svcpay.protocol.programs import TOKEN_2022_PROGRAM, TOKEN_PROGRAM
 from svcpay.protocol.token2022 import ExtensionType as ET
+from tests.support.chain import TICKS_PER_SLOT
 
 U64_MAX = 2**64 - 1
 ALICE, BOB, CAROL = Pubkey.new_unique(), Pubkey.new_unique(), Pubkey.new_unique()
@@ -534,7 +535,7 @@ def test_no_validation_account_means_no_extras() -> None:
 # -- the real Token-2022 program ---------------------------------------------------------------
 @pytest.fixture(scope="module")
 def chain() -> Iterator[Chain]:
-    with localnet(program=None) as node:
+    with localnet(program=None, ticks_per_slot=TICKS_PER_SLOT) as node:
         yield Chain(node.url)
 
 

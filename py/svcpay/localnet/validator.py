@@ -148,11 +148,16 @@ def command(
     ledger: Path,
     programs: Sequence[tuple[str, Path]] = (),
     accounts: Sequence[tuple[str, Path]] = (),
+    ticks_per_slot: int | None = None,
 ) -> list[str]:
     """The command line of a solana-test-validator on `ports` with mainnet's features, a fresh
     ledger, `programs` ((program id, .so)) loaded at genesis (none: deploy them with
-    `svcpay program deploy`, as users do) and `accounts` ((address, JSON file))."""
+    `svcpay program deploy`, as users do) and `accounts` ((address, JSON file)).
+    `ticks_per_slot` (default 64: 400 ms slots) shortens slots, and with them confirmation,
+    finality and a blockhash's life (150 slots)."""
     cmd = [str(exe), *ports.args(), "--ledger", str(ledger), "--reset", "--quiet"]
+    if ticks_per_slot is not None:
+        cmd += ["--ticks-per-slot", str(ticks_per_slot)]
     for program_id, so in programs:
         cmd += ["--bpf-program", program_id, str(so)]
     for address, file in accounts:

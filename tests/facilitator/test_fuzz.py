@@ -33,8 +33,8 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from svcpay.facilitator import app as app_module
 from svcpay.facilitator import openapi
+from svcpay.facilitator.api import http as api_http
 from svcpay.facilitator.store import Event, new_id
 from svcpay.localnet.process import Localnet
 from svcpay.protocol.headers import NETWORK_MAINNET, SCHEME_EXACT
@@ -218,7 +218,7 @@ def test_the_document_is_openapi_3_1_and_covers_every_route() -> None:
         "/v1/analytics",
         "/v1/analytics/chart.png",
     }
-    assert openapi.MAX_BODY == app_module.MAX_BODY
+    assert openapi.MAX_BODY == api_http.MAX_BODY
     OPENAPI_31_VALIDATOR.validate(doc)
     for schema_ in doc["components"]["schemas"].values():
         jsonschema_rs.meta.validate(
@@ -321,7 +321,7 @@ async def test_routes_match_the_document(target: ProviderApp) -> None:
 async def test_a_huge_body_is_refused_unread(
     http: httpx.AsyncClient, target: ProviderApp, path: str
 ) -> None:
-    huge = b'{"pad": "' + b"x" * (app_module.MAX_BODY + 1) + b'"}'
+    huge = b'{"pad": "' + b"x" * (api_http.MAX_BODY + 1) + b'"}'
     declared = await http.post(path, content=huge, headers=target.auth)
     assert_error(declared, 413, "RequestTooLarge")
 

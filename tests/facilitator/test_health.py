@@ -10,7 +10,8 @@ import pytest
 from solders.keypair import Keypair
 
 from svcpay.facilitator import db
-from svcpay.facilitator.app import MIN_FEE_PAYER_LAMPORTS, create_app
+from svcpay.facilitator.api.operations import MIN_FEE_PAYER_LAMPORTS
+from svcpay.facilitator.app import create_app
 from svcpay.facilitator.config import FacilitatorConfig
 from svcpay.facilitator.service import Facilitator
 from svcpay.facilitator.store import Store

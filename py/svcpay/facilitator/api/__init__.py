@@ -1,0 +1,4 @@
+"""The facilitator's HTTP API, by concern: `payments` (the public payment routes),
+`provider` (the provider API, by API key), `operations` (health and the OpenAPI schema), and
+`http` (the error shape, parsers and guards every route shares). `svcpay.facilitator.app`
+composes them with the dashboard."""

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from svcpay.demo import walkthrough
-from svcpay.demo.walkthrough import DAY, Demo, plan_times, run
+from svcpay.demo import services
+from svcpay.demo.walkthrough import Demo, run
+from svcpay.demo.world import DAY, plan_times
 from svcpay.localnet.process import DROP_IN, backend
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -141,7 +142,7 @@ def test_the_demo_walks_through_every_flow_and_leaves_nothing_running(
 def test_a_failing_service_is_reported_with_its_stderr(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_env = walkthrough.child_env
+    real_env = services.child_env
 
     def without_facilitator_key(extra: Mapping[str, str]) -> dict[str, str]:
         env = real_env(extra)
@@ -149,7 +150,7 @@ def test_a_failing_service_is_reported_with_its_stderr(
             env["SVCPAY_FACILITATOR_KEYPAIR"] = str(tmp_path / "missing.json")
         return env
 
-    monkeypatch.setattr(walkthrough, "child_env", without_facilitator_key)
+    monkeypatch.setattr(services, "child_env", without_facilitator_key)
     demo = Demo(tmp_path / "out")
     assert run(demo=demo) == 1
     err = capsys.readouterr().err

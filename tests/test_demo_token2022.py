@@ -13,7 +13,8 @@ import pytest
 
 from svcpay import demo
 from svcpay.cli import main
-from svcpay.demo.walkthrough import DAY, Demo, plan_times, run
+from svcpay.demo.walkthrough import Demo, run
+from svcpay.demo.world import DAY, plan_times
 from svcpay.localnet import test_hook
 from svcpay.localnet.process import DROP_IN, TEST_HOOK_SO, backend
 from tests.test_demo import PNG, validator_running

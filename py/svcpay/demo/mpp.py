@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from svcpay.client import PaymentAuth
+from svcpay.demo.output import expect, say, show_json, step, usdc
 from svcpay.examples.resource_server import DATA_PRICE
 from svcpay.protocol import mpp
 
@@ -16,7 +17,6 @@ if TYPE_CHECKING:
 
 
 async def charge(w: Walkthrough) -> None:
-    from svcpay.demo.walkthrough import expect, say, show_json, step, usdc
 
     step(f"1c. MPP: an MPP client pays GET /v1/data ({usdc(DATA_PRICE)}, Authorization: Payment)")
     say("The same 402 also carries MPP's challenges, WWW-Authenticate: Payment … intent=")

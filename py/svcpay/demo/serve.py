@@ -16,7 +16,8 @@ from svcpay.demo.children import Child, DemoFailed
 from svcpay.keys import save_keypair
 
 if TYPE_CHECKING:
-    from svcpay.demo.walkthrough import Services, World
+    from svcpay.demo.services import Services
+    from svcpay.demo.world import World
 
 # What tests and scripts look for: the first line of the block, then one "name  value" line
 # per entry of `urls`.

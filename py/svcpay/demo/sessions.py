@@ -12,6 +12,7 @@ import httpx
 
 from svcpay.amounts import to_base_units
 from svcpay.client import PaymentAuth
+from svcpay.demo.output import expect, say, show_json, sol, step, usdc
 from svcpay.examples.resource_server import QUOTE_PRICE
 from svcpay.program.session_client import Sessions
 from svcpay.protocol import mpp
@@ -27,7 +28,6 @@ ONE_TIME_FEE = 5_000  # lamports the facilitator pays per one-time payment (one 
 
 
 async def session(w: Walkthrough) -> None:
-    from svcpay.demo.walkthrough import expect, say, show_json, sol, step, usdc
 
     world, chain = w.world, w.chain
     step(f"5. Session: GET /v1/quote, {usdc(QUOTE_PRICE)} per call, one voucher each")

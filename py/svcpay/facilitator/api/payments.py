@@ -5,6 +5,9 @@ with HTTP 200 and x402's reason strings (`svcpay.schemes.x402_exact.facilitator`
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -22,6 +25,7 @@ from svcpay.facilitator.lifecycle import EVENT_TYPES
 from svcpay.facilitator.models import AuthorizeRequest, VerifyRequest
 from svcpay.facilitator.service import Facilitator
 from svcpay.protocol.models import ProtocolError
+from svcpay.schemes.mpp_charge.wire import ChargeAnswer
 
 
 class Payments:
@@ -66,16 +70,17 @@ class Payments:
     async def mpp_charge_settle(self, request: Request) -> Response:
         """MPP Solana `charge`, pulled: check, co-sign, send, confirm (HTTP 200 for every
         payment, `ChargeAnswer`)."""
-        try:
-            answer = await self.fac.mpp_charge.settle(await json_body(request))
-        except ProtocolError as e:
-            raise BadRequest(e.reason) from e
-        return JSONResponse(answer.to_json_dict())
+        return await self._charge(request, self.fac.mpp_charge.settle)
 
     async def mpp_charge_verify(self, request: Request) -> Response:
         """MPP Solana `charge`, pushed: find the payer's transaction, check, record once."""
+        return await self._charge(request, self.fac.mpp_charge.verify)
+
+    async def _charge(
+        self, request: Request, step: Callable[[Any], Awaitable[ChargeAnswer]]
+    ) -> Response:
         try:
-            answer = await self.fac.mpp_charge.verify(await json_body(request))
+            answer = await step(await json_body(request))
         except ProtocolError as e:
             raise BadRequest(e.reason) from e
         return JSONResponse(answer.to_json_dict())

@@ -228,3 +228,29 @@ def test_a_ctrl_c_that_a_coroutine_swallows_still_stops_the_demo() -> None:
     assert done.returncode == 130, (done.stdout, done.stderr)
     assert "demo interrupted" in done.stderr
     assert "the step after the Ctrl-C" not in done.stdout
+
+
+class Raising:
+    """A walkthrough that ends with `error`, as the real one can."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error, self.failures = error, []
+
+    def run(self, stack: object) -> None:
+        raise self.error
+
+    def failed(self, message: str, child: object) -> None:
+        self.failures.append(message)
+
+
+def test_a_ctrl_c_wrapped_by_a_task_group_is_an_interrupt(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A Ctrl-C landing in httpx's connect (an anyio task group) came out as a
+    BaseExceptionGroup: the demo exited 1 with a traceback instead of 130 (CI, once)."""
+    wrapped = Raising(BaseExceptionGroup("connect", [KeyboardInterrupt()]))
+    assert run(demo=wrapped) == 130  # type: ignore[arg-type]
+    assert "demo interrupted" in capsys.readouterr().err and not wrapped.failures
+    other = Raising(ExceptionGroup("connect", [OSError("refused")]))
+    assert run(demo=other) == 1  # type: ignore[arg-type]
+    assert "OSError" in other.failures[0] or "refused" in other.failures[0]

@@ -351,8 +351,12 @@ def run(
             demo.failed(str(e), e.child)
         except (ProgramBinaryMissing, LocalnetError) as e:
             demo.failed(str(e), None)
-        except KeyboardInterrupt:
-            if getattr(demo, "serving", False):  # a Ctrl-C is how --serve ends
+        except (KeyboardInterrupt, BaseExceptionGroup) as e:
+            # A Ctrl-C that lands inside a task group (httpx's connect, in anyio) comes out
+            # wrapped in a BaseExceptionGroup: the same interrupt. Any other group failed.
+            if isinstance(e, BaseExceptionGroup) and e.subgroup(KeyboardInterrupt) is None:
+                demo.failed(f"{type(e).__name__}: {e}\n{traceback.format_exc()}", None)
+            elif getattr(demo, "serving", False):  # a Ctrl-C is how --serve ends
                 code = 0
             else:
                 print("\ndemo interrupted", file=sys.stderr)

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
-import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -158,99 +155,3 @@ def test_a_failing_service_is_reported_with_its_stderr(
     assert "missing.json: no such keypair file" in err  # the tail of the facilitator's stderr
     assert all(child.proc.returncode is not None for child in demo.children)
     assert not validator_running(demo.validator_url)
-
-
-def test_ctrl_c_mid_demo_stops_every_process(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "svcpay.demo", "--out", str(tmp_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    lines: list[str] = []
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if line.startswith("── 1."):
-                break
-        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends (the services are not in its group)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    text = "".join(lines) + out
-    assert proc.returncode == 130, err
-    assert "demo interrupted" in err
-    pids = [int(p) for p in re.findall(r"pid (\d+): svcpay", text)]
-    assert len(pids) == 2, text
-    assert all(gone(pid) for pid in pids)
-    url = re.search(r"local validator \(\S+\) at (\S+)", text)
-    assert url is not None
-    assert not validator_running(url.group(1))
-
-
-SWALLOWING_DEMO = """
-import asyncio, os, signal, sys
-from svcpay.demo import walkthrough
-
-class Demo:  # a walkthrough whose coroutine swallows what Ctrl-C turns into
-    def run(self, stack):
-        async def main():
-            os.kill(os.getpid(), signal.SIGINT)
-            try:
-                await asyncio.sleep(1)
-            except BaseException:
-                pass
-            await asyncio.sleep(0.1)
-        asyncio.run(main())
-        walkthrough.step("the step after the Ctrl-C")
-
-    def failed(self, message, child):
-        print("failed:", message, file=sys.stderr)
-
-sys.exit(walkthrough.run(demo=Demo()))
-"""
-
-
-def test_a_ctrl_c_that_a_coroutine_swallows_still_stops_the_demo() -> None:
-    """asyncio.run turns Ctrl-C into a cancellation, which a coroutine may swallow (it once
-    let the demo run to the end and exit 0, in CI): the demo's own handler still stops it
-    before the next step, with 130."""
-    done = subprocess.run(
-        [sys.executable, "-c", SWALLOWING_DEMO], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 130, (done.stdout, done.stderr)
-    assert "demo interrupted" in done.stderr
-    assert "the step after the Ctrl-C" not in done.stdout
-
-
-class Raising:
-    """A walkthrough that ends with `error`, as the real one can."""
-
-    def __init__(self, error: BaseException) -> None:
-        self.error, self.failures = error, []
-
-    def run(self, stack: object) -> None:
-        raise self.error
-
-    def failed(self, message: str, child: object) -> None:
-        self.failures.append(message)
-
-
-def test_a_ctrl_c_wrapped_by_a_task_group_is_an_interrupt(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """A Ctrl-C landing in httpx's connect (an anyio task group) came out as a
-    BaseExceptionGroup: the demo exited 1 with a traceback instead of 130 (CI, once)."""
-    wrapped = Raising(BaseExceptionGroup("connect", [KeyboardInterrupt()]))
-    assert run(demo=wrapped) == 130  # type: ignore[arg-type]
-    assert "demo interrupted" in capsys.readouterr().err and not wrapped.failures
-    other = Raising(ExceptionGroup("connect", [OSError("refused")]))
-    assert run(demo=other) == 1  # type: ignore[arg-type]
-    assert "OSError" in other.failures[0] or "refused" in other.failures[0]

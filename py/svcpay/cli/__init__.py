@@ -52,6 +52,7 @@ import traceback
 from collections.abc import Sequence
 from types import ModuleType
 
+from svcpay import stopping
 from svcpay.cli import (
     demo,
     example,
@@ -139,8 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     verbose = bool(getattr(args, "verbose", False) or os.environ.get("SVCPAY_DEBUG"))
     try:
-        resolve_defaults(args)
-        return int(handler(args))
+        with stopping.handling():  # Ctrl-C and SIGTERM cancel the command's work, then 130
+            stopping.check()  # one during the imports (svcpay.__main__ handles it from there)
+            resolve_defaults(args)
+            return int(handler(args))
     except KeyboardInterrupt:
         stderr("svcpay: interrupted")
         return 130

@@ -10,7 +10,6 @@ code.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import re
@@ -30,6 +29,7 @@ from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
+from svcpay import stopping
 from svcpay.amounts import U64_MAX, format_amount, to_base_units
 from svcpay.keys import KeypairFileError, load_keypair
 from svcpay.program.client import BillingClient, TransactionError
@@ -428,7 +428,8 @@ def load_signer(args: argparse.Namespace, path: str | None = None) -> Keypair:
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(coro)
+    """The command's coroutine, cancelled by Ctrl-C or SIGTERM (svcpay.stopping)."""
+    return stopping.run(coro)
 
 
 @asynccontextmanager

@@ -10,11 +10,9 @@ facilitator's key is read from its `GET /supported`.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
-from contextlib import suppress
 from pathlib import Path
 
+from svcpay import stopping
 from svcpay.cli._common import (
     Subparsers,
     UsageError,
@@ -59,19 +57,11 @@ def serve(args: argparse.Namespace) -> int:
         uvicorn.Config(app, host=args.host, port=args.port, log_level="warning")
     )
 
-    async def main() -> None:
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started and not task.done():
-            await asyncio.sleep(0.05)
-        if server.started:
-            port = sock.getsockname()[1]
-            print(f"svcpay example API ready http://{args.host}:{port}", flush=True)
-        await task
+    def ready(port: int) -> None:
+        print(f"svcpay example API ready http://{args.host}:{port}", flush=True)
 
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    with suppress(KeyboardInterrupt):  # Ctrl-C or SIGTERM: a normal stop
-        asyncio.run(main())
-    return 0 if server.started else 1
+    # Ctrl-C and SIGTERM are a normal way to stop a server: exit 0 (svcpay.stopping).
+    return 0 if stopping.serve(server, ready, [sock]) else 1
 
 
 def register(subparsers: Subparsers) -> None:

@@ -9,21 +9,20 @@ SVCPAY_DATABASE_URL, SVCPAY_FACILITATOR_KEYPAIR, SVCPAY_RPC_URL, ...); `--url` a
 from __future__ import annotations
 
 import argparse
-import asyncio
 import errno
 import json
 import logging
 import os
-import signal
 import socket
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from svcpay import stopping
 from svcpay.cli._common import (
     CliError,
     NotFound,
@@ -150,25 +149,15 @@ def serve(args: argparse.Namespace) -> int:
         uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level)
     )
 
-    async def main() -> None:
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started and not task.done():
-            await asyncio.sleep(0.05)
-        if server.started:
-            port = sock.getsockname()[1]
-            print(
-                f"svcpay facilitator ready http://{args.host}:{port} "
-                f"key {service.public_key} database {redacted(cfg.database_url)}",
-                flush=True,
-            )
-        await task
+    def ready(port: int) -> None:
+        print(
+            f"svcpay facilitator ready http://{args.host}:{port} "
+            f"key {service.public_key} database {redacted(cfg.database_url)}",
+            flush=True,
+        )
 
-    # uvicorn stops gracefully on SIGINT/SIGTERM, then raises the signal again for its
-    # caller: both are a normal way to stop a server, so exit 0.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    with suppress(KeyboardInterrupt):
-        asyncio.run(main())
-    return 0 if server.started else 1
+    # Ctrl-C and SIGTERM are a normal way to stop a server: exit 0 (svcpay.stopping).
+    return 0 if stopping.serve(server, ready, [sock]) else 1
 
 
 def migrate_cmd(args: argparse.Namespace) -> int:

@@ -54,6 +54,7 @@ from solana.rpc.async_api import AsyncClient
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
+from svcpay import stopping
 from svcpay.program.client import BillingClient
 from svcpay.program.generated.program_id import PROGRAM_ID
 from svcpay.program.generated.types.subscription_status import Active
@@ -473,19 +474,26 @@ class PaymentAuth(httpx.Auth):
             return None
         key_pair = Keypair()
         sessions = self._sessions_client()
-        try:
+
+        async def open_and_keep() -> Tab:
             now = await sessions.billing.chain_time()  # the program's clock, not this machine's
             channel = await sessions.open(
                 self.owner, mint=offer.currency, recipient=offer.recipient_token,
                 deposit=deposit, price=offer.amount, expires_at=now + self.session_secs,
                 dispute_secs=max(offer.min_dispute_secs, 60), signer=key_pair.pubkey(),
             )  # fmt: skip
+            tab = Tab(channel, key_pair, deposit)
+            self.tabs.put(key, tab)
+            return tab
+
+        try:
+            # A Ctrl-C waits for the open to be decided and kept: a deposit in a session
+            # whose key is lost could be spent by no one (svcpay.stopping).
+            return await stopping.finishing(open_and_keep())
         except BaseException:
-            self._release(entry)
+            if self.tabs.get(key) is None:
+                self._release(entry)
             raise
-        tab = Tab(channel, key_pair, deposit)
-        self.tabs.put(key, tab)
-        return tab
 
     async def _top_up(self, offer: SessionOffer, tab: Tab, price: int, origin: str) -> bool:
         """Adds another deposit's worth when the tab cannot pay `price`; False when the
@@ -497,13 +505,19 @@ class PaymentAuth(httpx.Auth):
             entry = self._reserve(amount, origin, str(offer.currency))
         except SpendingLimitExceeded:
             return False
-        try:
+
+        async def top_up_and_keep() -> None:
             await self._sessions_client().top_up(tab.channel, self.owner, amount)
+            tab.deposit += amount
+            self.tabs.put(tab_key(offer), tab)
+
+        try:
+            await stopping.finishing(top_up_and_keep())  # kept before a Ctrl-C stops it
+        except asyncio.CancelledError:
+            raise
         except BaseException:
             self._release(entry)
             raise
-        tab.deposit += amount
-        self.tabs.put(tab_key(offer), tab)
         return True
 
     async def _session_flow(

@@ -22,17 +22,21 @@ def run(out_dir: Path = DEFAULT_OUT, *, token_2022: bool = False, serve: bool = 
     `token_2022`; the paywall and the dashboard kept up until Ctrl-C if `serve`): 0 when
     every step did what it should, 1 (the reason and the failing process's stderr on
     stderr) when one did not, 130 when interrupted."""
+    from svcpay import stopping
     from svcpay._extras import require
 
-    # The resource server (FastAPI, uvicorn), the facilitator and its analytics chart.
-    require(
-        "svcpay demo",
-        ["gate", "facilitator", "charts"],
-        ["fastapi", "uvicorn", "sqlalchemy", "alembic", "aiosqlite", "starlette", "matplotlib"],
-    )
-    from svcpay.demo.walkthrough import run as run_walkthrough
+    # Ctrl-C and SIGTERM request a stop from here on, the second of imports below included:
+    # the walkthrough's first checkpoint ends it with 130 (svcpay.stopping).
+    with stopping.handling():
+        # The resource server (FastAPI, uvicorn), the facilitator and its analytics chart.
+        require(
+            "svcpay demo",
+            ["gate", "facilitator", "charts"],
+            ["fastapi", "uvicorn", "sqlalchemy", "alembic", "aiosqlite", "starlette", "matplotlib"],
+        )
+        from svcpay.demo.walkthrough import run as run_walkthrough
 
-    return run_walkthrough(out_dir, token_2022=token_2022, serve=serve)
+        return run_walkthrough(out_dir, token_2022=token_2022, serve=serve)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from svcpay import stopping
+
 STOP_TIMEOUT = 15.0  # seconds a child gets to shut down gracefully before SIGKILL
 
 
@@ -63,7 +65,7 @@ class Child:
                     f"the {self.name} exited with {self.proc.returncode} before it was ready",
                     self,
                 )
-            time.sleep(0.05)
+            stopping.sleep(0.05)
         raise DemoFailed(f"the {self.name} was not ready within {timeout:.0f} s", self)
 
     def check_running(self) -> None:

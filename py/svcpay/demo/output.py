@@ -1,18 +1,18 @@
 """What the demo prints: each step's title, lines, JSON and amounts, and each request and
-response as it crosses the wire (`wire`, httpx event hooks). `step` also stops the demo at
-the next step after a Ctrl-C that something swallowed (`INTERRUPTED`)."""
+response as it crosses the wire (`wire`, httpx event hooks). `step` is also a checkpoint: a
+Ctrl-C whose cancellation something swallowed still stops the demo there (`svcpay.stopping`)."""
 
 from __future__ import annotations
 
 import json
 import sys
-import threading
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
+from svcpay import stopping
 from svcpay.amounts import format_amount
 from svcpay.demo.children import Child, DemoFailed
 from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
@@ -21,14 +21,10 @@ from svcpay.schemes.x402_exact.wire import (
     PAYMENT_SIGNATURE,
 )
 
-# Set by Ctrl-C or SIGTERM while the demo runs (see `signals_for_cleanup`).
-INTERRUPTED = threading.Event()
-
 
 # -- printing ----------------------------------------------------------------------------------
 def step(title: str) -> None:
-    if INTERRUPTED.is_set():  # a Ctrl-C that something swallowed still stops the demo here
-        raise KeyboardInterrupt
+    stopping.check()  # a Ctrl-C whose cancellation was swallowed still stops the demo here
     print(f"\n── {title}", flush=True)
 
 

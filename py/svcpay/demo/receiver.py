@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from svcpay import stopping
 from svcpay.webhooks import SIGNATURE_HEADER, WebhookSignatureError, verify_webhook
 
 MAX_BODY = 1 << 20
@@ -78,9 +79,9 @@ class WebhookReceiver:
         with self._changed:
             while not wanted <= {e["type"] for e in self.events.values()}:
                 left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._changed.wait(left)
+                if left <= 0 or stopping.requested():  # a stop ends the wait (it runs in a
+                    return False  # thread, which asyncio.run would wait for)
+                self._changed.wait(min(left, 0.1))
         return True
 
     def new_events(self) -> list[dict[str, Any]]:

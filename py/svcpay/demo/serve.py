@@ -8,10 +8,10 @@ wallet of tests/browser) pays the paywall with the USDC it has left.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from svcpay import stopping
 from svcpay.demo.children import Child, DemoFailed
 from svcpay.keys import save_keypair
 
@@ -40,8 +40,8 @@ def serve(
     tmp: Path, services: Services, world: World, validator_url: str, balance: str,
     children: list[Child],
 ) -> None:  # fmt: skip
-    """Prints where each page is and waits for Ctrl-C (KeyboardInterrupt, raised by the
-    demo's signal handler); DemoFailed if a service exits meanwhile."""
+    """Prints where each page is and waits for Ctrl-C or SIGTERM (stopping.Interrupted);
+    DemoFailed if a service exits meanwhile."""
     wallet = save_keypair(world.client, tmp / "wallet.json")
     database = f"sqlite:///{tmp / 'facilitator.db'}"
     shown = urls(services, validator_url, wallet, database)
@@ -60,4 +60,4 @@ def serve(
         for child in children:
             if child.proc.poll() is not None:
                 raise DemoFailed(f"the {child.name} exited while serving", child)
-        time.sleep(0.5)
+        stopping.sleep(0.5)

@@ -19,14 +19,12 @@ crossed the wire and what changed on chain.
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 import tempfile
-import threading
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -34,11 +32,12 @@ from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solders.pubkey import Pubkey
 
+from svcpay import stopping
 from svcpay.client import PaymentAuth
 from svcpay.demo import DEFAULT_OUT, mpp, one_time, report, sessions, subscriptions
 from svcpay.demo import serve as serving
 from svcpay.demo.children import Child, DemoFailed
-from svcpay.demo.output import INTERRUPTED, expect, say, short, sol, step, usdc, when, wire
+from svcpay.demo.output import expect, say, short, sol, step, usdc, when, wire
 from svcpay.demo.receiver import WebhookReceiver
 from svcpay.demo.services import Services, start_services
 from svcpay.demo.world import Balances, World, chain_balance, set_up_chain, token_balance
@@ -186,6 +185,7 @@ class Walkthrough:
     async def poll(self, done: Callable[[], Awaitable[bool]], timeout: float, what: str) -> float:
         began = time.monotonic()
         while not await done():
+            stopping.check()
             self.check_children()
             if time.monotonic() - began > timeout:
                 raise DemoFailed(f"{what} did not happen within {timeout:.0f} s")
@@ -251,6 +251,7 @@ class Demo:
 
     def run(self, stack: ExitStack) -> None:
         began = time.monotonic()
+        stopping.check()  # a Ctrl-C during the imports
         print("svcpay demo: the product as separate processes, a paying client, the spec's flows")
         if self.token_2022:
             print("(--token-2022: the plans are priced in a PYUSD-like Token-2022 mint)")
@@ -268,7 +269,7 @@ class Demo:
         receiver = WebhookReceiver().start()
         stack.callback(receiver.close)
         walk = Walkthrough(chain, world, services, receiver, self.out_dir, wall_start)
-        asyncio.run(walk.run())
+        stopping.run(walk.run())
         step(f"Done in {time.monotonic() - began:.1f} s")
         if self.serve:
             left = usdc(token_balance(chain, world.client.pubkey(), world.mint))
@@ -286,48 +287,6 @@ class Demo:
                 print(tail, file=sys.stderr)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    INTERRUPTED.set()
-    raise KeyboardInterrupt
-
-
-@contextmanager
-def signals_for_cleanup() -> Iterator[None]:
-    """While the demo runs, Ctrl-C and SIGTERM interrupt it (so its `finally` stops the
-    children); while it cleans up, further Ctrl-Cs are ignored.
-
-    The handler is our own, not Python's default one, so `asyncio.run` keeps its hands off
-    it: asyncio turns a Ctrl-C into a cancellation of the main task, which a coroutine can
-    swallow (Python 3.11's `wait_for` does when its inner task finishes at the same moment),
-    and the demo then ran to the end and exited 0. Here the KeyboardInterrupt is raised where
-    the program is, and `INTERRUPTED` stops it at the next step if even that is swallowed."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    INTERRUPTED.clear()
-    previous = signal.signal(signal.SIGINT, _interrupt), signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous[0])
-        signal.signal(signal.SIGTERM, previous[1])
-
-
-@contextmanager
-def uninterrupted() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous[0])
-        signal.signal(signal.SIGTERM, previous[1])
-
-
 def run(
     out_dir: Path = DEFAULT_OUT,
     demo: Demo | None = None,
@@ -341,31 +300,30 @@ def run(
     demo = demo or Demo(out_dir, token_2022, serve)
     stack = ExitStack()
     code = 1
-    with signals_for_cleanup():
+    with stopping.handling():
         try:
             demo.run(stack)
-            code = 130 if INTERRUPTED.is_set() else 0
-            if code:
-                print("\ndemo interrupted", file=sys.stderr)
-        except DemoFailed as e:
-            demo.failed(str(e), e.child)
-        except (ProgramBinaryMissing, LocalnetError) as e:
-            demo.failed(str(e), None)
-        except (KeyboardInterrupt, BaseExceptionGroup) as e:
-            # A Ctrl-C that lands inside a task group (httpx's connect, in anyio) comes out
-            # wrapped in a BaseExceptionGroup: the same interrupt. Any other group failed.
-            if isinstance(e, BaseExceptionGroup) and e.subgroup(KeyboardInterrupt) is None:
+            stopping.check()  # a stop that came as the last step ended is still a stop
+            code = 0
+        except KeyboardInterrupt:  # stopping.Interrupted, raised at a checkpoint
+            code = 0 if getattr(demo, "serving", False) else 130  # how --serve ends
+        except BaseException as e:
+            # Once a stop was asked, what it broke (a service's command killed by the
+            # terminal's Ctrl-C, a cancelled read) is the stop, not a failure.
+            if stopping.requested():
+                code = 0 if getattr(demo, "serving", False) else 130
+            elif isinstance(e, DemoFailed):
+                demo.failed(str(e), e.child)
+            elif isinstance(e, (ProgramBinaryMissing, LocalnetError)):
+                demo.failed(str(e), None)
+            elif isinstance(e, Exception):
                 demo.failed(f"{type(e).__name__}: {e}\n{traceback.format_exc()}", None)
-            elif getattr(demo, "serving", False):  # a Ctrl-C is how --serve ends
-                code = 0
             else:
-                print("\ndemo interrupted", file=sys.stderr)
-                code = 130
-        except Exception as e:
-            demo.failed(f"{type(e).__name__}: {e}\n{traceback.format_exc()}", None)
+                raise
         finally:
-            with uninterrupted():
-                stack.close()
-    if code == 0:
+            stack.close()  # a signal meanwhile only sets the flag: the cleanup runs to the end
+    if code == 130:
+        print(f"\ndemo interrupted ({stopping.signal_name()})", file=sys.stderr)
+    elif code == 0:
         say("all stopped; temporary files removed")
     return code

@@ -61,7 +61,6 @@ from the request; an x402 answer also carries the settlement in PAYMENT-RESPONSE
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import gc
 import hashlib
@@ -83,6 +82,7 @@ from solders.account import Account
 from solders.pubkey import Pubkey
 from solders.rpc.responses import GetAccountInfoResp
 
+from svcpay import stopping
 from svcpay.amounts import to_base_units
 from svcpay.gate import OneTime, Paywall, Session, Subscription, payment_gate
 from svcpay.gate.chain import ChainSubscriptions, session_scheme
@@ -419,15 +419,14 @@ def _address(value: str, what: str) -> str:
 
 
 # -- python -m svcpay.examples.resource_server ---------------------------------------------
-async def serve(app: FastAPI, host: str, port: int) -> None:
+def serve(app: FastAPI, host: str, port: int) -> bool:
+    """Serves `app` until Ctrl-C or SIGTERM (svcpay.stopping); whether it started."""
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    while not server.started and not task.done():
-        await asyncio.sleep(0.02)
-    if server.started:
-        bound = server.servers[0].sockets[0].getsockname()[1]
+
+    def ready(bound: int) -> None:
         print(f"svcpay resource server ready http://{host}:{bound}", flush=True)
-    await task
+
+    return stopping.serve(server, ready)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -439,14 +438,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     args = parser.parse_args(argv)
-    try:
-        app = create_app(Settings.from_env())
-    except ValueError as e:  # ConfigError, KeypairFileError
-        print(f"resource server: {e}", file=sys.stderr)
-        return 2
-    with contextlib.suppress(KeyboardInterrupt):  # uvicorn stopped cleanly, then re-raised it
-        asyncio.run(serve(app, args.host, args.port))
-    return 0
+    with stopping.handling():
+        try:
+            app = create_app(Settings.from_env())
+        except ValueError as e:  # ConfigError, KeypairFileError
+            print(f"resource server: {e}", file=sys.stderr)
+            return 2
+        try:
+            return 0 if serve(app, args.host, args.port) else 1
+        except stopping.Interrupted:  # stopped before it served: a normal stop too
+            return 0
 
 
 if __name__ == "__main__":

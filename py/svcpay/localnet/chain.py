@@ -32,6 +32,7 @@ from spl.token.instructions import (
 )
 from spl.token.models import InitializeMintParams, MintToParams
 
+from svcpay import stopping
 from svcpay.program import errors
 from svcpay.program.events import Event, decode_logs
 
@@ -154,7 +155,7 @@ class Chain:
                 self.time_travel(unix_timestamp)
             return
         while self.unix_timestamp() < unix_timestamp:
-            time.sleep(0.25)
+            stopping.sleep(0.25)
 
     # -- transactions -----------------------------------------------------------------
     def _fresh_message(self, ixs: list[Instruction], payer: Pubkey) -> MessageV0:
@@ -167,7 +168,7 @@ class Chain:
             if bytes(msg) not in self._sent:
                 self._sent.append(bytes(msg))
                 return msg
-            time.sleep(0.1)
+            stopping.sleep(0.1)
 
     def send(self, ixs: list[Instruction], signers: list[Keypair]) -> TxResult:
         """Sends one transaction (the first signer pays) and waits until it is confirmed."""
@@ -215,7 +216,7 @@ class Chain:
             )  # fmt: skip
             if tx is not None or time.monotonic() > deadline:
                 break
-            time.sleep(0.1)
+            stopping.sleep(0.1)
         if tx is None:
             raise TimeoutError(f"transaction {signature} confirmed but not found")
         return dict(tx)
@@ -226,7 +227,7 @@ class Chain:
             status = self.rpc("getSignatureStatuses", [signature])["value"][0]
             if status and status.get("confirmationStatus") in ("confirmed", "finalized"):
                 return
-            time.sleep(0.1)
+            stopping.sleep(0.1)
         raise TimeoutError(f"transaction {signature} not confirmed in {CONFIRM_TIMEOUT:.0f}s")
 
     # -- SPL Token ----------------------------------------------------------------------

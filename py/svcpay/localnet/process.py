@@ -29,6 +29,7 @@ from pathlib import Path
 
 import httpx
 
+from svcpay import stopping
 from svcpay.localnet import validator as stv
 from svcpay.program.generated.program_id import PROGRAM_ID
 
@@ -93,7 +94,7 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
                 return
         except (httpx.HTTPError, ValueError):
             pass
-        time.sleep(0.2)
+        stopping.sleep(0.2)
     raise LocalnetError(
         f"the validator did not become healthy in {STARTUP_TIMEOUT:.0f}s:\n{_tail(log)}"
     )
@@ -198,8 +199,6 @@ def localnet(
 def _deploy(node: Localnet, program: Path) -> None:
     """Deploys `program` at PROGRAM_ID through the upgradeable loader; a fresh funded keypair
     pays and is the upgrade authority."""
-    import asyncio
-
     from solana.rpc.async_api import AsyncClient
     from solders.keypair import Keypair
 
@@ -216,7 +215,7 @@ def _deploy(node: Localnet, program: Path) -> None:
         finally:
             await rpc.close()
 
-    asyncio.run(run())
+    stopping.run(run())
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

@@ -18,6 +18,7 @@ import argparse
 import errno
 import json
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 from solders.account import Account
 from solders.pubkey import Pubkey
 
+from svcpay import stopping
 from svcpay.localnet.accounts import AccountFileError, read_account_file
 from svcpay.localnet.methods import Methods, RpcError
 from svcpay.localnet.node import Node
@@ -254,12 +256,18 @@ def serve(
         print(json.dumps({"ready": True, "url": url, "rpcPort": server.server_port}), flush=True)
     else:
         print(f"svcpay-localnet ready {url}", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    # The server runs in a thread; this one waits for Ctrl-C or SIGTERM (svcpay.stopping),
+    # then shuts it down: a signal handler never raises into a request.
+    with stopping.handling():
+        thread = threading.Thread(target=server.serve_forever, name="rpc", daemon=True)
+        thread.start()
+        try:
+            while thread.is_alive():
+                stopping.sleep(0.2)
+        except stopping.Interrupted:
+            server.shutdown()
+        finally:
+            server.server_close()
 
 
 def rpc_port(text: str) -> int:

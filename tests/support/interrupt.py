@@ -1,0 +1,128 @@
+"""Runs a command, sends it one signal after a delay, and reports what it left behind.
+
+    python -m tests.support.interrupt --after SECONDS [--signal SIGINT] [--from-handler]
+        -- COMMAND...
+
+This process makes itself a child subreaper (Linux's PR_SET_CHILD_SUBREAPER), so whatever
+the command starts and does not stop (a validator, a facilitator in a session of its own)
+becomes this process's child once the command exits, where it is counted and then killed.
+Prints one JSON object: the exit code, whether the signal was sent before the command ended,
+its stdout and stderr, and the leftover processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def children(of: int) -> list[dict[str, object]]:
+    """Live (not zombie) processes whose parent is `of`."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses
+        pid, rest = text.split(" ", 1)
+        fields = rest.rsplit(")", 1)[1].split()
+        state, ppid = fields[0], int(fields[1])
+        if ppid == of and state != "Z":
+            try:
+                cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                cmdline = ""
+            found.append({"pid": int(pid), "cmdline": cmdline.strip()})
+    return found
+
+
+def handled_since(proc: subprocess.Popen[str], deadline: float) -> None:
+    """Waits until `proc` catches SIGTERM (its SigCgt mask in /proc): svcpay.stopping's
+    handler is in place. Before that runs the interpreter's own start, which no program
+    handles (Python raises KeyboardInterrupt wherever it is)."""
+    bit = 1 << (signal.SIGTERM - 1)
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+        except OSError:
+            return
+        caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+        if int(caught.split()[1], 16) & bit:
+            return
+        time.sleep(0.005)
+
+
+def reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--after", type=float, required=True)
+    parser.add_argument("--signal", default="SIGINT", choices=["SIGINT", "SIGTERM"])
+    parser.add_argument("--timeout", type=float, default=120.0, help="for the exit after it")
+    parser.add_argument(
+        "--from-handler",
+        action="store_true",
+        help="count --after from when the command catches SIGTERM (its handler is in place)",
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        print(json.dumps({"error": "prctl failed"}))
+        return 2
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    output: dict[str, str] = {}
+    reader = threading.Thread(
+        target=lambda: output.update(zip(("out", "err"), proc.communicate(), strict=True))
+    )
+    reader.start()
+    if args.from_handler:
+        handled_since(proc, time.monotonic() + 60)
+    reader.join(timeout=args.after)
+    sent = reader.is_alive()  # else it ended first
+    if sent:
+        proc.send_signal(getattr(signal, args.signal))
+        reader.join(timeout=args.timeout)
+        if reader.is_alive():
+            proc.kill()
+            reader.join()
+            output["err"] += f"\n[interrupt: still running {args.timeout:.0f} s after the signal]"
+    out, err = output["out"], output["err"]
+    time.sleep(0.2)  # orphans are reparented here as the command's exit is processed
+    reap()
+    left = children(os.getpid())
+    for child in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(str(child["pid"])), signal.SIGKILL)
+    reap()
+    print(
+        json.dumps(
+            {"code": proc.returncode, "sent": sent, "stdout": out, "stderr": err, "left": left}
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

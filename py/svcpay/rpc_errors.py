@@ -1,5 +1,7 @@
 """Telling "the RPC node cannot be reached" from every other failure, for the parts that
-degrade while it is away (the facilitator's loops, the gate's subscription reads)."""
+degrade while it is away (the facilitator's loops, the gate's subscription reads). A 429 or
+a 5xx that outlasted svcpay.rpc's retries counts as unreachable too: the same request
+succeeds later (a 503 with Retry-After), it is neither a bug nor the node's answer."""
 
 from __future__ import annotations
 
@@ -21,4 +23,10 @@ def rpc_unreachable(e: BaseException) -> str | None:
         cause is not None and type(cause).__name__ in TRANSPORT_ERRORS
     ):
         return f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+    status = getattr(getattr(cause, "response", None), "status_code", None)
+    if type(cause).__name__ == "HTTPStatusError" and isinstance(status, int):
+        if status == 429:
+            return "the RPC provider is rate-limiting (HTTP 429)"
+        if status >= 500:
+            return f"the RPC provider failed (HTTP {status})"
     return None

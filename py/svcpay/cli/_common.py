@@ -114,17 +114,21 @@ SOLANA_CONFIG = Path("~/.config/solana/cli/config.yml")
 
 
 def url_arg(text: str) -> str:
-    """An RPC URL, or a Solana moniker (mainnet-beta, devnet, testnet, localhost, m, d, t, l)."""
+    """An RPC URL, or a Solana moniker (mainnet-beta, devnet, testnet, localhost, m, d, t, l);
+    or several URLs of one cluster, comma-separated (svcpay.rpc: reads fail over, sends go
+    to all)."""
     text = text.strip()
     if text.lower() in MONIKERS:
         return MONIKERS[text.lower()]
-    parsed = urlparse(text)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise argparse.ArgumentTypeError(
-            f"not an RPC URL or moniker: {text!r} (give http(s)://HOST:PORT or one of "
-            "mainnet-beta, devnet, testnet, localhost, m, d, t, l)"
-        )
-    return text
+    for part in text.split(","):
+        parsed = urlparse(part.strip())
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise argparse.ArgumentTypeError(
+                f"not an RPC URL or moniker: {part.strip()!r} (give http(s)://HOST:PORT, "
+                "several separated by commas, or one of mainnet-beta, devnet, testnet, "
+                "localhost, m, d, t, l)"
+            )
+    return ",".join(part.strip() for part in text.split(","))
 
 
 def solana_cli_config(path: Path | None = None) -> dict[str, str]:

@@ -49,6 +49,16 @@ NO_CHECK = "do not check --plan and --pay-to against the cluster at --url"
 # 'facilitator' extra, and these commands say which extra they need (svcpay._extras).
 
 
+def positive_rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}: give requests a second above 0")
+    return value
+
+
 def config(args: argparse.Namespace, *, need_keypair: bool = True) -> FacilitatorConfig:
     from svcpay.facilitator.config import ConfigError, FacilitatorConfig
 
@@ -141,6 +151,8 @@ def serve(args: argparse.Namespace) -> int:
     cfg = config(args)
     if args.crank_interval is not None:
         cfg = replace(cfg, crank_interval_secs=args.crank_interval)
+    if args.rpc_rate is not None:
+        cfg = replace(cfg, rpc_rate=args.rpc_rate)
     with database_errors():
         service = Facilitator(cfg)
     app = create_app(service)
@@ -457,6 +469,14 @@ def register(subparsers: Subparsers) -> None:
         type=float,
         metavar="SECS",
         help="seconds between billing runs (default $SVCPAY_CRANK_INTERVAL_SECS or 60; 0: off)",
+    )
+    p.add_argument(
+        "--rpc-rate",
+        type=positive_rate,
+        metavar="PER_SEC",
+        help="requests a second to each RPC URL at most, under your provider's limit "
+        "(default $SVCPAY_RPC_RATE, else none); -u may list several URLs, comma-separated: "
+        "reads fail over in that order, transactions go to all",
     )
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning"])
 

@@ -6,7 +6,6 @@ import argparse
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solana.rpc.core import RPCException
 from solders.keypair import Keypair
@@ -23,6 +22,7 @@ from svcpay.cli._common import (
     table,
 )
 from svcpay.keys import save_keypair
+from svcpay.rpc import connect
 
 LAMPORTS_PER_SOL = 10**9
 MAX_LAMPORTS = 2**64 - 1  # a u64
@@ -72,7 +72,7 @@ def airdrop(args: argparse.Namespace) -> int:
 
 
 async def _airdrop(args: argparse.Namespace, keypair: Keypair, lamports: int) -> int:
-    rpc = AsyncClient(args.url, commitment=Confirmed)
+    rpc = connect(args.url)
     try:
         try:
             sig = (await rpc.request_airdrop(keypair.pubkey(), lamports)).value

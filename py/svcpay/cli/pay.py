@@ -23,7 +23,6 @@ from typing import Any
 
 import httpx
 from solana.rpc.async_api import AsyncClient
-from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
@@ -58,6 +57,7 @@ from svcpay.protocol import mpp
 from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
 from svcpay.protocol.models import PaymentOption, PaymentRequired, ProtocolError
 from svcpay.protocol.proof import parse_payment_proof
+from svcpay.rpc import connect
 from svcpay.schemes.mpp_charge import client as charge_client
 from svcpay.schemes.session.client import SessionOffer, Tabs, tab_key
 from svcpay.schemes.x402_exact import client as x402
@@ -142,7 +142,7 @@ async def _pay(args: argparse.Namespace) -> int:
                     "one voucher per call): pass --session to open one (or go on with yours)"
                 )
             owner = load_signer(args)
-            rpc = AsyncClient(args.url, commitment=Confirmed)
+            rpc = connect(args.url)
             try:
                 return await _pay_session(request, rpc, owner, offer)
             finally:
@@ -170,7 +170,7 @@ async def _pay(args: argparse.Namespace) -> int:
         if not offered:
             raise PaymentDeclined(f"{args.target} offers no {chosen} payment (--protocol)")
         owner = load_signer(args)
-        rpc = AsyncClient(args.url, commitment=Confirmed)
+        rpc = connect(args.url)
         try:
             if chosen == "svcpay":
                 assert terms is not None

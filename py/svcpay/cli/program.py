@@ -15,7 +15,6 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from solana.rpc.async_api import AsyncClient
-from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.signature import Signature
@@ -37,6 +36,7 @@ from svcpay.cli._common import (
 from svcpay.keys import load_keypair, save_keypair
 from svcpay.program.deploy import DeployError, ProgramInfo, deploy, program_info, upgrade_program
 from svcpay.program.generated.program_id import PROGRAM_ID
+from svcpay.rpc import connect
 
 DEFAULT_SO = Path("target/deploy/svc_billing.so")
 DEFAULT_PROGRAM_KEYPAIR = Path("target/deploy/svc_billing-keypair.json")
@@ -167,7 +167,7 @@ async def _apply(
     action: Callable[[AsyncClient], Awaitable[Signature]],
 ) -> int:
     """Runs a deploy or upgrade, then prints what the program now is."""
-    rpc = AsyncClient(args.url, commitment=Confirmed)
+    rpc = connect(args.url)
     try:
         try:
             sig = await action(rpc)
@@ -188,7 +188,7 @@ def show_cmd(args: argparse.Namespace) -> int:
 
 
 async def _show(args: argparse.Namespace) -> int:
-    rpc = AsyncClient(args.url, commitment=Confirmed)
+    rpc = connect(args.url)
     try:
         try:
             info = await program_info(rpc, args.program_id)

@@ -64,6 +64,7 @@ from solders.keypair import Keypair
 
 from svcpay.keys import KeypairFileError, load_keypair
 from svcpay.protocol.headers import NETWORK_MAINNET
+from svcpay.rpc import RpcSettings
 
 # A crank lease: long enough for a heartbeat (a third of it) to land in time, short enough
 # that another instance takes a dead one's work over quickly (docs/adr/0023).
@@ -78,7 +79,8 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class FacilitatorConfig:
     keypair: Keypair = field(repr=False)
-    rpc_url: str = "http://127.0.0.1:8899"
+    rpc_url: str = "http://127.0.0.1:8899"  # one URL, or several separated by commas
+    rpc_rate: float | None = None  # requests a second to each RPC URL at most (svcpay.rpc)
     database_url: str = field(default_factory=lambda: default_database_url(), repr=False)
     network: str = NETWORK_MAINNET
     proof_ttl_secs: int = 300
@@ -103,7 +105,8 @@ class FacilitatorConfig:
         e = os.environ if env is None else env
         return cls(
             keypair=_keypair(e),
-            rpc_url=e.get("SVCPAY_RPC_URL", cls.rpc_url),
+            rpc_url=_rpc_urls(e),
+            rpc_rate=_number(e, "SVCPAY_RPC_RATE", 0) or None,
             database_url=_database_url(e),
             network=e.get("SVCPAY_NETWORK", cls.network),
             proof_ttl_secs=int(_number(e, "SVCPAY_PROOF_TTL_SECS", cls.proof_ttl_secs)),
@@ -136,6 +139,17 @@ class FacilitatorConfig:
             webhook_allow_local=_flag(e, "SVCPAY_WEBHOOK_ALLOW_LOCAL"),
             dashboard_secret=e.get("SVCPAY_DASHBOARD_SECRET") or None,
         )
+
+
+def _rpc_urls(env: Mapping[str, str]) -> str:
+    """SVCPAY_RPC_URL: one URL or several, comma-separated (reads fail over in that order,
+    transactions go to all); ConfigError naming the bad one."""
+    raw = env.get("SVCPAY_RPC_URL", FacilitatorConfig.rpc_url)
+    try:
+        RpcSettings.parse(raw)
+    except ValueError as e:
+        raise ConfigError(f"SVCPAY_RPC_URL: {e}") from None
+    return raw
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

@@ -16,8 +16,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from solana.rpc.async_api import AsyncClient
-from solana.rpc.commitment import Confirmed
 from solders.pubkey import Pubkey
 
 from svcpay.facilitator import crank
@@ -32,6 +30,7 @@ from svcpay.facilitator.store import Store
 from svcpay.facilitator.usage import UsageReporter
 from svcpay.facilitator.webhooks import Deliverer, host_of
 from svcpay.program.client import BillingClient
+from svcpay.rpc import RpcSettings, connect
 from svcpay.schemes.mpp_charge.facilitator import ChargeFacilitator
 from svcpay.schemes.x402_exact.facilitator import X402Facilitator
 
@@ -50,7 +49,7 @@ class Facilitator:
         self.config = config
         self.keypair = config.keypair
         self.store = store or Store.open(config.database_url)
-        self.rpc = AsyncClient(config.rpc_url, commitment=Confirmed)
+        self.rpc = connect(RpcSettings.parse(config.rpc_url, config.rpc_rate))
         self.billing = BillingClient(self.rpc)
         self.settler = Settler(
             self.rpc,
@@ -173,6 +172,7 @@ class Facilitator:
 
     async def aclose(self) -> None:
         await self.deliverer.aclose()
+        await self.settler.lander.aclose()  # a flight left is recovered after a restart
         await self.rpc.close()
         await self.store.close()
 

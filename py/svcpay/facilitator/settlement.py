@@ -28,10 +28,7 @@ from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solana.rpc.core import (
     RPCException,
-    TransactionExpiredBlockheightExceededError,
-    UnconfirmedTxError,
 )
-from solana.rpc.models import TxOpts
 from solders.keypair import Keypair
 from solders.message import to_bytes_versioned
 from solders.pubkey import Pubkey
@@ -48,12 +45,19 @@ from svcpay.protocol.models import PaymentOption
 from svcpay.protocol.proof import PaymentProof
 from svcpay.protocol.settlement import SCHEME_SVCPAY
 from svcpay.protocol.token2022 import MintAtEpoch, names_token_2022
+from svcpay.rpc.landing import Expired, Landed, Lander, Outcome, Pending, Rejected, Unsent
 from svcpay.schemes.svcpay_proof.facilitator import check_transfer, decode_payment
 
 log = logging.getLogger("svcpay.facilitator")
 # A settlement still "sending" this long after it was stored has no live request on it (a
-# request waits at most 90 s for confirmation): recovery and x402 retries may take it over.
+# flight ends once its blockhash expires, about 60-90 s): recovery and x402 retries may
+# take it over.
 ABANDONED_AFTER_SECS = 120
+# How long a request waits for its transaction to land before it is answered
+# SettlementPending (504: send the same request again; it joins the flight in progress).
+SETTLE_WAIT_SECS = 15.0
+# How long a flight may take at most: past a blockhash's lifetime (150 blocks), with room.
+LAND_WAIT_SECS = 180.0
 
 
 class RateLimit:
@@ -110,7 +114,10 @@ class Settler:
         self.settle_unregistered = settle_unregistered
         self.rate_limit = rate_limit or RateLimit(rate=5.0, burst=20)
         self.mints: MintReader = mints if mints is not None else ChainMints(rpc)
-        self._locks: dict[str, asyncio.Lock] = {}
+        self.lander = Lander(rpc)
+        self.wait_secs = SETTLE_WAIT_SECS
+        # One settling task per transaction in this process: a repeat joins it (docs/adr/0036).
+        self._settling: dict[str, asyncio.Task[tuple[dict[str, Any], bool]]] = {}
 
     async def mint_now(self, mint: str | Pubkey) -> MintAtEpoch:
         """`mint` as a payment in it is judged now (its token program, the fee schedule in
@@ -256,55 +263,91 @@ class Settler:
                 (x402: the caller answers duplicate_settlement instead of waiting).
             simulate: simulate before the first send (a failure forgets the row).
         """
+        key = str(signed.signatures[0])
+        row, created = await self.store.settlements.begin(
+            {
+                **record,
+                "signature": key,
+                "network": self.network,
+                "transaction": base64.b64encode(bytes(signed)).decode(),
+                "status": "sending",
+                "issued_at": 0,
+                "created_at": int(time.time()),
+                "scheme": scheme,
+            }
+        )
+        if row["status"] == "settled" or row["scheme"] != scheme:
+            return row, False
+        task = self._settling.get(key)
+        if exclusive and not created and (task is not None or not _abandoned(row)):
+            return row, False  # another request (here or on another instance) is on it
+        if task is None:
+            if created and simulate:
+                try:
+                    await self.simulate(signed)
+                except Exception:
+                    await self._interrupted(key, forget=True)
+                    raise
+            task = asyncio.create_task(self._land(signed, row, created), name=f"settle {key[:8]}")
+            self._settling[key] = task
+            task.add_done_callback(self._settled)
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), self.wait_secs)
+        except TimeoutError:
+            raise SettlementError(
+                "SettlementPending",
+                f"the transaction {key} was sent and is rebroadcast until it lands or its "
+                "blockhash expires; submit the same request again for the proof",
+                504,
+            ) from None
+
+    def _settled(self, task: asyncio.Task[tuple[dict[str, Any], bool]]) -> None:
+        for key, known in list(self._settling.items()):
+            if known is task:
+                del self._settling[key]
+        if not task.cancelled():
+            task.exception()  # retrieved: a waiter that timed out no longer reads it
+
+    async def _land(
+        self, signed: VersionedTransaction, row: dict[str, Any], created: bool
+    ) -> tuple[dict[str, Any], bool]:
+        """Lands `signed` (svcpay.rpc.landing: rebroadcast until confirmed or expired by
+        block height) and records the outcome: the proof when it landed, the row forgotten
+        when it never will. An outage before anything was sent ends it with a 503."""
         sig = signed.signatures[0]
         key = str(sig)
-        lock = self._locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            try:
-                row, created = await self.store.settlements.begin(
-                    {
-                        **record,
-                        "signature": key,
-                        "network": self.network,
-                        "transaction": base64.b64encode(bytes(signed)).decode(),
-                        "status": "sending",
-                        "issued_at": 0,
-                        "created_at": int(time.time()),
-                        "scheme": scheme,
-                    }
-                )
-                if row["status"] == "settled" or row["scheme"] != scheme:
-                    return row, False
-                if exclusive and not created and not _abandoned(row):
-                    return row, False  # another instance is sending it now
-                sent = False
-                try:
-                    if created and simulate:
-                        await self.simulate(signed)
-                    if await self._landed(sig) is None:
-                        sent = True
-                        await self._send(signed)
-                except SettlementError as e:
-                    if e.name == "SettlementPending":
-                        raise
-                    if e.status == 503 and not sent:  # the node did not answer: not sent
-                        await self._interrupted(key, forget=created)
-                        raise
-                    # Another request or instance may have landed this very transaction
-                    # (ours then fails as a duplicate): look before forgetting it.
-                    if await self._landed_quietly(sig):
-                        return await self._finish(row)
-                    await self.store.settlements.forget(key)  # nothing was paid
-                    raise
-                except Exception as e:
-                    if outage(e) is not None:
-                        await self._interrupted(key, forget=created and not sent)
-                    raise
+        try:
+            if not created and await self._landed(sig):  # a repeat: it may have landed
                 return await self._finish(row)
-            finally:
-                # The lock only saves duplicate work within this process; the database and
-                # the chain (one signature, one transaction) are what make this safe.
-                self._locks.pop(key, None)
+            outcome = await self.lander.land(signed, wait_secs=LAND_WAIT_SECS)
+        except SettlementError as e:
+            if e.status == 503:
+                await self._interrupted(key, forget=False)
+            else:  # it failed on chain: nothing was paid
+                await self.store.settlements.forget(key)
+            raise
+        except Exception as e:
+            if outage(e) is not None:
+                await self._interrupted(key, forget=False)
+            raise
+        if isinstance(outcome, Landed) and outcome.err is None:
+            return await self._finish(row)
+        if isinstance(outcome, Unsent):  # nothing went out: the same request, later
+            await self._interrupted(key, forget=created)
+            raise SettlementError(
+                "RpcUnavailable",
+                f"the RPC node is unreachable ({outcome.reason[:200]}); send the same request "
+                f"again in {RETRY_AFTER_SECS} s",
+                503,
+            ) from outcome.error
+        if isinstance(outcome, Pending):  # not decided within LAND_WAIT_SECS: recovery will
+            raise SettlementError(
+                "SettlementPending",
+                f"the transaction {key} is not yet confirmed; submit the same request again",
+                504,
+            )
+        await self.store.settlements.forget(key)  # it did not land and never will
+        raise _refusal(outcome)
 
     async def recover(self, older_than_secs: int = ABANDONED_AFTER_SECS) -> int:
         """After a restart: finishes the settlements that were sent but not recorded as
@@ -422,47 +465,26 @@ class Settler:
             return "the proof names no valid transaction"
         return None if landed else "the proof's transaction did not succeed on chain"
 
-    async def _send(self, tx: VersionedTransaction) -> None:
-        try:
-            sig = (
-                await self.rpc.send_transaction(tx, opts=TxOpts(preflight_commitment=Confirmed))
-            ).value
-        except RPCException as e:
-            text = str(e)
-            if "BlockhashNotFound" in text or "Blockhash not found" in text:
-                raise SettlementError(
-                    "BlockhashExpired", "the transaction's blockhash expired; sign again"
-                ) from e
-            if (
-                "custom program error: 0x1" in text
-                or "Custom(1)" in text
-                or "insufficient funds" in text
-            ):
-                raise SettlementError(
-                    "InsufficientFunds",
-                    "the payer's token account lacks the amount; top up USDC",
-                    402,
-                ) from e
-            raise SettlementError(
-                "SettlementFailed", f"the transaction failed in simulation: {text[:300]}", 422
-            ) from e
-        try:
-            confirmed = await self.rpc.confirm_transaction(sig, Confirmed, sleep_seconds=0.05)
-        except (
-            TimeoutError,
-            UnconfirmedTxError,
-            TransactionExpiredBlockheightExceededError,
-        ) as e:
-            raise SettlementError(
-                "SettlementPending",
-                "the transaction was sent but not yet confirmed; submit the same request again",
-                504,
-            ) from e
-        status = confirmed.value[0] if confirmed.value else None
-        if status is not None and status.err is not None:  # confirmed, but it failed
-            raise SettlementError(
-                "SettlementFailed", f"the transaction failed on chain: {status.err}", 422
-            )
+
+def _refusal(outcome: Outcome) -> SettlementError:
+    """What a transaction that did not land, and never will, is answered with."""
+    if isinstance(outcome, Landed):  # confirmed, but it failed
+        return SettlementError(
+            "SettlementFailed", f"the transaction failed on chain: {outcome.err}", 422
+        )
+    if isinstance(outcome, Expired):
+        return SettlementError(
+            "BlockhashExpired",
+            "the transaction's blockhash expired before it landed; nothing was paid: sign again",
+        )
+    text = outcome.message if isinstance(outcome, Rejected) else str(outcome)
+    if "custom program error: 0x1" in text or "Custom(1)" in text or "insufficient funds" in text:
+        return SettlementError(
+            "InsufficientFunds", "the payer's token account lacks the amount; top up USDC", 402
+        )
+    return SettlementError(
+        "SettlementFailed", f"the transaction failed in simulation: {text[:300]}", 422
+    )
 
 
 def _abandoned(row: dict[str, Any]) -> bool:

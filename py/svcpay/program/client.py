@@ -16,18 +16,14 @@ from dataclasses import dataclass, field
 from base58 import b58encode
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
-from solana.rpc.core import (
-    RPCException,
-    TransactionExpiredBlockheightExceededError,
-    UnconfirmedTxError,
-)
-from solana.rpc.models import MemcmpOpts, TxOpts
+from solana.rpc.models import MemcmpOpts
 from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.message import MessageV0
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 from solders.transaction import VersionedTransaction
+from solders.transaction_status import TransactionConfirmationStatus
 from spl.token.instructions import get_associated_token_address
 
 from svcpay.program import errors, instructions, pda
@@ -38,16 +34,24 @@ from svcpay.program.generated.accounts.subscription import Subscription
 from svcpay.program.generated.program_id import PROGRAM_ID
 from svcpay.program.generated.types.subscription_status import Cancelled, Expired
 from svcpay.program.tokens import TokenRoutes
+from svcpay.rpc import landing
+from svcpay.rpc.landing import Lander, Pending, Rejected, Unsent
 
 CLOCK_SYSVAR = Pubkey.from_string("SysvarC1ock11111111111111111111111111111111")
 # A blockhash is valid for 150 slots (about a minute); after this long an unconfirmed
 # transaction can never land, so one signed anew cannot be a second copy of it.
 BLOCKHASH_LIFETIME_SECS = 120
+# How long send_signed waits for a landing: past a blockhash's lifetime, with room.
+LAND_WAIT_SECS = 150.0
 
 
 def is_live(sub: Subscription) -> bool:
     """Whether a subscription still counts (not cancelled or expired), as the program says."""
     return not isinstance(sub.status, (Cancelled, Expired))
+
+
+# What counts as landed: a `processed` transaction's fork may still be dropped.
+LANDED_STATUSES = (TransactionConfirmationStatus.Confirmed, TransactionConfirmationStatus.Finalized)
 
 
 class TransactionError(RuntimeError):
@@ -99,10 +103,17 @@ class BillingClient:
         self.program_id = program_id
         self.tokens = TokenRoutes(rpc)
         self._sent: deque[bytes] = deque(maxlen=512)
+        # The last block height at which each transaction signed here can land.
+        self._valid_until: dict[str, int] = {}
+        self.lander = Lander(rpc)
 
     @classmethod
     def connect(cls, url: str) -> BillingClient:
-        return cls(AsyncClient(url, commitment=Confirmed))
+        """A client on `url` (one RPC URL, or several comma-separated) through svcpay.rpc:
+        429s, 5xxs and timeouts are waited out and failed over."""
+        from svcpay.rpc import connect
+
+        return cls(connect(url))
 
     async def close(self) -> None:
         await self.rpc.close()
@@ -116,31 +127,47 @@ class BillingClient:
         The same message under the same blockhash is the same transaction, which a cluster
         drops as a duplicate: a deliberate repeat waits for the next blockhash."""
         while True:
-            blockhash = (await self.rpc.get_latest_blockhash(Confirmed)).value.blockhash
-            msg = MessageV0.try_compile(signers[0].pubkey(), ixs, [], blockhash)
+            latest = (await self.rpc.get_latest_blockhash(Confirmed)).value
+            msg = MessageV0.try_compile(signers[0].pubkey(), ixs, [], latest.blockhash)
             if bytes(msg) not in self._sent:
                 self._sent.append(bytes(msg))
-                return VersionedTransaction(msg, signers)
+                tx = VersionedTransaction(msg, signers)
+                if len(self._valid_until) > 4096:  # the oldest are long expired
+                    for key in list(self._valid_until)[:2048]:
+                        del self._valid_until[key]
+                self._valid_until[str(tx.signatures[0])] = latest.last_valid_block_height
+                return tx
             await asyncio.sleep(0.1)
 
     async def send_signed(self, tx: VersionedTransaction) -> Receipt:
-        """Sends `tx`, waits for confirmation, returns its receipt or raises its error."""
-        try:
-            opts = TxOpts(preflight_commitment=Confirmed)
-            sig = (await self.rpc.send_transaction(tx, opts=opts)).value
-        except RPCException as e:
-            detail = e.args[0] if e.args else e
-            data = getattr(detail, "data", None)
-            logs = list(getattr(data, "logs", None) or [])
-            err = getattr(data, "err", None)
-            message = str(getattr(detail, "message", detail))
+        """Sends `tx` and rebroadcasts it until it is confirmed or its blockhash has expired
+        by block height (svcpay.rpc.landing), then returns its receipt or raises its error.
+        An RPC node that could not be reached at all raises as the transport raised it (an
+        outage, to svcpay.rpc_errors)."""
+        signature = str(tx.signatures[0])
+        outcome = await self.lander.land(
+            tx, wait_secs=LAND_WAIT_SECS,
+            last_valid_block_height=self._valid_until.get(signature),
+        )  # fmt: skip
+        if isinstance(outcome, Unsent):
+            if outcome.error is not None:
+                raise outcome.error
+            raise TransactionError(f"transaction {signature} could not be sent: {outcome.reason}")
+        if isinstance(outcome, Rejected):
+            data = outcome.data if isinstance(outcome.data, dict) else {}
+            logs = [str(line) for line in data.get("logs") or []]
+            err = data.get("err")
             raise self._program_error(err, logs) or TransactionError(
-                message, logs, rejected="InstructionError" in f"{type(err).__name__} {err}"
-            ) from e
-        try:
-            await self.rpc.confirm_transaction(sig, Confirmed)
-        except (TimeoutError, UnconfirmedTxError, TransactionExpiredBlockheightExceededError) as e:
-            raise TransactionError(f"transaction {sig} sent but not confirmed: {e}") from e
+                outcome.message, logs, rejected="InstructionError" in str(err)
+            )
+        if isinstance(outcome, landing.Expired):
+            raise TransactionError(
+                f"transaction {signature} expired before it landed (its blockhash's last "
+                "valid block height passed): sign it again"
+            )
+        if isinstance(outcome, Pending):
+            raise TransactionError(f"transaction {signature} sent but not confirmed yet")
+        sig = Signature.from_string(signature)
         tx_info = await self.rpc.get_transaction(
             sig, "json", Confirmed, max_supported_transaction_version=0
         )
@@ -164,16 +191,17 @@ class BillingClient:
         return errors.from_logs_or_error(err)
 
     async def landed(self, signature: str) -> bool | None:
-        """True if the transaction succeeded on chain, False if it failed there, None if
-        the cluster does not know it (yet, or ever: it may have expired unsent)."""
+        """True if the transaction succeeded on chain, False if it failed there (each at
+        `confirmed` or `finalized`), None if the cluster does not know it, or only as
+        `processed` (yet, or ever: it may have expired unsent)."""
         sig = Signature.from_string(signature)
         # With history: the recent status cache forgets a transaction after ~2 minutes, and
         # "unknown" would then read as "never landed" (and be sent again).
         status = (
             await self.rpc.get_signature_statuses([sig], search_transaction_history=True)
         ).value[0]
-        if status is None:
-            return None
+        if status is None or status.confirmation_status not in LANDED_STATUSES:
+            return None  # unknown, or only processed: its fork may still be dropped
         return status.err is None
 
     async def deduct_transaction(

@@ -1,0 +1,116 @@
+"""A real cluster's RPC, in short (issue 37): the facilitator settles svcpay payments
+through a proxy that drops sends, answers 429s and takes its time
+(svcpay.localnet.lossy). Every payment whose client keeps retrying gets its proof, each is
+paid exactly once, and nothing answers a 5xx other than 503/504 (retry) or logs a
+traceback. scripts/soak --lossy runs the long version with its figures."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections import Counter
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from svcpay.facilitator.settlement import RateLimit
+from svcpay.localnet.process import Localnet
+from svcpay.protocol.headers import NETWORK_MAINNET, SCHEME_EXACT
+from svcpay.protocol.models import PaymentOption
+from svcpay.rpc import connect, transport_of
+from svcpay.schemes.svcpay_proof.client import authorize
+from tests.support.billing import USDC
+from tests.support.chain import Chain
+from tests.support.facilitator import in_process_facilitator
+from tests.support.processes import Processes
+
+pytestmark = pytest.mark.anyio
+PRICE = USDC // 100
+PAYMENTS = 12
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    flags: tuple[str, ...]
+
+
+SETTINGS = [
+    Setting("30% of sends dropped", ("--drop-sends", "0.3")),
+    Setting("20% of calls answered 429", ("--throttle", "0.2")),
+    Setting(
+        "latency, drops and 429s at once",
+        ("--latency", "0.05-0.3", "--drop-sends", "0.3", "--throttle", "0.2"),
+    ),
+]
+
+
+def lossy_proxy(processes: Processes, upstream: str, flags: tuple[str, ...]) -> str:
+    argv = [sys.executable, "-m", "svcpay.localnet.lossy", "--upstream", upstream, *flags]
+    return processes.start("lossy rpc", argv, "svcpay lossy-rpc ready ")
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
+async def test_every_payment_lands_once_through_a_lossy_rpc(
+    setting: Setting,
+    validator: Localnet,
+    chain: Chain,
+    processes: Processes,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url = lossy_proxy(processes, validator.url, (*setting.flags, "--seed", "37"))
+    provider, fee_payer = chain.funded_keypair(), chain.funded_keypair()
+    mint = chain.create_mint()
+    pay_to = chain.token_account(provider.pubkey(), mint)
+    wallets = [chain.funded_keypair() for _ in range(PAYMENTS)]
+    sources = [chain.token_account(wallet.pubkey(), mint, USDC) for wallet in wallets]
+    answers: Counter[int] = Counter()
+
+    async def count(response: httpx.Response) -> None:
+        answers[response.status_code] += 1
+
+    caplog.set_level(logging.INFO)
+    async with in_process_facilitator(url, fee_payer, pay_to=[pay_to]) as fac:
+        fac.service.settler.rate_limit = RateLimit(rate=100, burst=100)
+        fac.http.event_hooks["response"].append(count)
+        client_rpc = connect(url)  # the payer's reads go through the same lossy node
+        try:
+            proofs = await asyncio.gather(
+                *(
+                    authorize(
+                        fac.http, client_rpc, wallet,
+                        PaymentOption(
+                            scheme=SCHEME_EXACT, network=NETWORK_MAINNET, token=str(mint),
+                            amount=str(PRICE), pay_to=str(pay_to), memo=f"lossy-{i}",
+                        ),
+                    )
+                    for i, wallet in enumerate(wallets)
+                )
+            )  # fmt: skip
+        finally:
+            await client_rpc.close()
+        sent = fac.service.settler.lander.calls.get("sendTransaction", 0)
+        transport = transport_of(fac.service.rpc)
+        assert transport is not None
+
+    stats = httpx.get(url + "/stats").json()
+    assert len(set(proofs)) == PAYMENTS
+    # each paid exactly once: the provider holds every price, each wallet paid one
+    assert int(chain.token_state(pay_to)["amount"]) == PAYMENTS * PRICE
+    assert [int(chain.token_state(s)["amount"]) for s in sources] == [USDC - PRICE] * PAYMENTS
+    # the faults were there, and were outlasted: dropped sends were sent again
+    print(setting.name, stats, "sends:", sent, "answers:", dict(answers))
+    if "--drop-sends" in setting.flags:
+        assert stats["dropped"] > 0 and sent > PAYMENTS, (stats, sent)
+    if "--throttle" in setting.flags:
+        assert stats["throttled"] > 0, stats
+    bad = {status: n for status, n in answers.items() if status >= 500 and status not in (503, 504)}
+    assert not bad, answers
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    # One line a state change: each of the two transports (the facilitator's, the
+    # client's) says once that its endpoint is rate-limiting, not once a 429.
+    changes = [r.getMessage() for r in caplog.records if r.name == "svcpay.rpc"]
+    assert len(changes) <= 2, changes
+    assert transport.endpoints[0].refused <= stats["throttled"]

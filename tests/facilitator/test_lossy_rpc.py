@@ -2,7 +2,7 @@
 through a proxy that drops sends, answers 429s and takes its time
 (svcpay.localnet.lossy). Every payment whose client keeps retrying gets its proof, each is
 paid exactly once, and nothing answers a 5xx other than 503/504 (retry) or logs a
-traceback. scripts/soak --lossy runs the long version with its figures."""
+traceback; renewals whose sends are dropped are done in one pass."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from svcpay.rpc import connect, transport_of
 from svcpay.schemes.svcpay_proof.client import authorize
 from tests.support.billing import USDC
 from tests.support.chain import Chain
+from tests.support.clock import Clock
 from tests.support.facilitator import in_process_facilitator
 from tests.support.processes import Processes
 
@@ -114,3 +115,37 @@ async def test_every_payment_lands_once_through_a_lossy_rpc(
     changes = [r.getMessage() for r in caplog.records if r.name == "svcpay.rpc"]
     assert len(changes) <= 2, changes
     assert transport.endpoints[0].refused <= stats["throttled"]
+
+
+async def test_renewals_land_in_one_pass_when_sends_are_dropped(
+    validator: Localnet, chain: Chain, processes: Processes, clock: Clock
+) -> None:
+    """A dropped collect is sent again in 2 s, not waited on for 90 s and then retried one
+    by one: every due renewal is done by the first pass (issue 37: one dropped renewal held
+    up billing for minutes)."""
+    url = lossy_proxy(processes, validator.url, ("--drop-sends", "0.5", "--seed", "38"))
+    provider, fee_payer = chain.funded_keypair(), chain.funded_keypair()
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    async with in_process_facilitator(url, fee_payer) as fac:
+        service = fac.service
+        period = clock.days(8)
+        plan = await service.billing.create_plan(
+            provider, plan_id=1, mint=mint, destination=destination,
+            billing_authority=fee_payer.pubkey(), amount=PRICE, period_secs=period,
+            grace_secs=clock.days(1),
+        )  # fmt: skip
+        provider_id = await service.store.providers.create("renewals")
+        await service.store.providers.add_resource(provider_id, "plan", str(plan))
+        subscribers = [chain.funded_keypair() for _ in range(6)]
+        for kp in subscribers:
+            chain.token_account(kp.pubkey(), mint, USDC)
+        for kp in subscribers:
+            await service.billing.subscribe(plan, kp)
+        clock.advance(period)
+        summary = await service.crank_once()
+        sends = service.billing.lander.calls.get("sendTransaction", 0)
+    stats = httpx.get(url + "/stats").json()
+    assert (summary.renewed, summary.skipped) == (6, 0), summary.errors
+    assert int(chain.token_state(destination)["amount"]) == 2 * 6 * PRICE  # first + renewal
+    assert stats["dropped"] > 0 and sends > summary.transactions, (stats, sends)

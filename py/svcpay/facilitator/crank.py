@@ -277,11 +277,19 @@ class _Pass:
                     await self.failed(group[0][0], e)
                     return
                 log.info("a packed collect failed (%s); retrying %d one by one", e, len(group))
-                for item in group:
-                    try:
-                        await self.sent([item])
-                    except (ProgramError, TransactionError) as single:
-                        await self.failed(item[0], single)
+                # At once, each on its own: one that is dropped or refused holds up no other.
+                results = await asyncio.gather(
+                    *(self.single(item) for item in group), return_exceptions=True
+                )
+                for result in results:
+                    if isinstance(result, BaseException):  # an outage: the pass retries
+                        raise result from e
+
+    async def single(self, item: tuple[Pubkey, Instruction]) -> None:
+        try:
+            await self.sent([item])
+        except (ProgramError, TransactionError) as e:
+            await self.failed(item[0], e)
 
     async def sent(self, group: list[tuple[Pubkey, Instruction]]) -> None:
         receipt = await self.client.send([ix for _, ix in group], [self.payer])

@@ -9,6 +9,7 @@ exception of the same name (`svcpay.program.errors`), or TransactionError.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -156,9 +157,11 @@ class BillingClient:
         if isinstance(outcome, Rejected):
             data = outcome.data if isinstance(outcome.data, dict) else {}
             logs = [str(line) for line in data.get("logs") or []]
-            err = data.get("err")
+            err = json.dumps(
+                data.get("err")
+            )  # the RPC's JSON, as errors.from_logs_or_error reads it
             raise self._program_error(err, logs) or TransactionError(
-                outcome.message, logs, rejected="InstructionError" in str(err)
+                outcome.message, logs, rejected="InstructionError" in err
             )
         if isinstance(outcome, landing.Expired):
             raise TransactionError(

@@ -195,6 +195,10 @@ class Endpoint:
             log.warning("rpc %s unreachable: %s (retrying with backoff)", self.name, reason)
 
 
+# What a call's last failed try left: a refusing answer (429, 5xx), an error, or nothing yet.
+Failure = httpx2.Response | Exception | None
+
+
 def _method(body: bytes) -> str | None:
     try:
         parsed = json.loads(body)
@@ -218,7 +222,7 @@ class RpcTransport(httpx2.AsyncBaseTransport):
         body = await request.aread()
         deadline = time.monotonic() + self.settings.budget_secs
         fan_out = _method(body) in SEND_METHODS
-        last: httpx2.Response | Exception | None = None
+        last: Failure = None
         tried_down = False
         while True:
             now = time.monotonic()
@@ -255,8 +259,8 @@ class RpcTransport(httpx2.AsyncBaseTransport):
         ready: list[Endpoint],
         request: httpx2.Request,
         body: bytes,
-        last: httpx2.Response | Exception | None,
-    ) -> tuple[httpx2.Response | None, httpx2.Response | Exception | None]:
+        last: Failure,
+    ) -> tuple[httpx2.Response | None, Failure]:
         for endpoint in ready:
             answer, outcome = await self._once(endpoint, request, body)
             if answer is not None:
@@ -269,8 +273,8 @@ class RpcTransport(httpx2.AsyncBaseTransport):
         ready: list[Endpoint],
         request: httpx2.Request,
         body: bytes,
-        last: httpx2.Response | Exception | None,
-    ) -> tuple[httpx2.Response | None, httpx2.Response | Exception | None]:
+        last: Failure,
+    ) -> tuple[httpx2.Response | None, Failure]:
         """The same request to every endpoint at once: the first good answer returns; the
         other copies still go out (and their answers are read and dropped)."""
         tasks = [asyncio.create_task(self._once(e, request, body)) for e in ready]

@@ -280,16 +280,25 @@ class RpcTransport(httpx2.AsyncBaseTransport):
         tasks = [asyncio.create_task(self._once(e, request, body)) for e in ready]
         pending = set(tasks)
         answer: httpx2.Response | None = None
+        # A refusal from one node (its preflight, maybe on a lagging bank) is only the
+        # answer if no other node accepted the transaction: one that did may land it, and
+        # "refused" would then read as "not paid".
+        refusal: httpx2.Response | None = None
         while pending and answer is None:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 got, outcome = task.result()
-                if got is not None and answer is None:
-                    answer = got
-                elif got is not None:
-                    await got.aclose()
-                else:
+                if got is None:
                     last = outcome
+                    continue
+                await got.aread()
+                if answer is None and b'"error"' not in got.content:
+                    answer = got
+                elif refusal is None and b'"error"' in got.content:
+                    refusal = got
+                else:
+                    await got.aclose()
+        answer = answer or refusal
         for task in pending:  # the slower copies: let them go out, close what they get
             self._background.add(task)
             task.add_done_callback(self._settled)

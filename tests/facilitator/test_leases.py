@@ -77,7 +77,7 @@ def test_a_lease_is_never_longer_than_the_shortest_period_due() -> None:
 
 def test_the_lease_is_configurable_within_bounds(tmp_path: Any) -> None:
     base = {"SVCPAY_FACILITATOR_KEYPAIR_JSON": str(list(bytes(Keypair())))}
-    assert FacilitatorConfig.from_env(base).crank_lease_secs == 10
+    assert FacilitatorConfig.from_env(base).crank_lease_secs == 6
     assert (
         FacilitatorConfig.from_env({**base, "SVCPAY_CRANK_LEASE_SECS": "4"}).crank_lease_secs == 4
     )

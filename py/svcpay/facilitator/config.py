@@ -13,7 +13,7 @@
                                                                        this often (sooner
                                                                        when a renewal is
                                                                        due); 0: off
-    SVCPAY_CRANK_LEASE_SECS          10                                a crank lease, renewed
+    SVCPAY_CRANK_LEASE_SECS          6                                 a crank lease, renewed
                                                                        while its pass runs
                                                                        (2 to 3600; shortened
                                                                        to a plan's period)
@@ -85,7 +85,7 @@ class FacilitatorConfig:
     network: str = NETWORK_MAINNET
     proof_ttl_secs: int = 300
     crank_interval_secs: float = 60.0
-    crank_lease_secs: int = 10
+    crank_lease_secs: int = 6
     webhook_interval_secs: float = 1.0
     webhook_retry_secs: int = 30
     indexer_interval_secs: float = 2.0

@@ -106,6 +106,8 @@ def measure(chain: Chain) -> dict[str, int]:
     ix = instructions.close_plan(provider_key, plan)
     out["close_plan CU"] = chain.send_ok([ix], [provider]).compute_units
     out["program .so bytes"] = PROGRAM_SO.stat().st_size
+    # Deployed: the upgradeable loader's program-data account (a 45-byte header, the ELF).
+    out["program deploy rent lamports"] = chain.minimum_balance(45 + PROGRAM_SO.stat().st_size)
     out.update(measure_sessions(chain))
     for label, extensions in TOKEN_2022_MINTS:
         out.update(measure_token_2022(chain, label, extensions))
@@ -249,7 +251,10 @@ def measure_sessions(chain: Chain, batch: int = 8) -> dict[str, int]:
     ix = sessions.request_close(s, first)
     out["request_close_session CU"] = chain.send_ok([ix], [payer]).compute_units
     ix = sessions.close(s, first, provider.pubkey())
+    before = chain.balance(payer.pubkey())
     out["close_session CU"] = chain.send_ok([ix], [provider]).compute_units
+    # The vault's rent and the session's, less the empty tombstone's (docs/adr/0037).
+    out["rent back to the payer at close lamports"] = chain.balance(payer.pubkey()) - before
     return out
 
 

@@ -48,6 +48,9 @@ def test_open_top_up_show_and_close(cli: Cli, chain: Chain, tmp_path: Path) -> N
     chain.send_ok(sessions.redeem(Session.decode(data.data), session, voucher), [provider])
     closed = cli.ok("session", "close", address, "--keypair", provider_key)
     assert closed["status"] == "Closed" and closed["refunded"] == str(12 * USDC)
+    assert closed["tombstone"] is True and closed["unpaid"] == "0"
+    shown = cli.ok("session", "show", address)
+    assert shown == {"session": address, "status": "Closed", "tombstone": True}
     assert chain.token_state(payer_token)["amount"] == 47 * USDC
     assert chain.token_state(recipient)["amount"] == 3 * USDC
     missing = cli("session", "show", str(Pubkey.new_unique()))

@@ -223,6 +223,7 @@ async def test_a_pulled_charge_is_settled_once_with_a_receipt(shop: Shop) -> Non
     reply = await pay(shop, value)
     assert reply.status_code == 200 and reply.json() == {"data": 42}
     receipt = mpp.Receipt.parse(reply.headers["payment-receipt"])
+    assert reply.headers["cache-control"] == "private"  # MPP core: MUST, beside a receipt
     assert (receipt.status, receipt.method, receipt.challenge_id) == ("success", "solana", pull.id)
     assert receipt.extra["externalId"] == pull.request_json["externalId"]
     assert shop.market.received() == PRICE

@@ -203,6 +203,7 @@ def test_a_valid_proof_is_served_once_in_the_calling_thread(
     served = call(gate, "/v1/data", headers={"X-PAYMENT": header})
     assert (served.status, served.json()) == ("200 OK", {"path": "/v1/data", "body": ""})
     assert app.calls == [("/v1/data", threading.get_ident())]  # not on the loop's thread
+    assert served.header("cache-control") == "private"  # a paid answer is the payer's
 
     again = call(gate, "/v1/data", headers={"X-PAYMENT": header})
     assert again.code == 402 and again.json()["error"] == "InvalidPaymentProof"
@@ -278,6 +279,7 @@ def test_wsgi_details_pass_through_the_gate(gate: PaymentGateWSGI) -> None:
         ("Content-Type", "text/plain"),
         ("X-Mixed-Case", "Yes"),
         ("Content-Length", "11"),
+        ("cache-control", "private"),  # added: a paid answer is its payer's
     ]
     assert closed == ["closed"]
     with pytest.raises(ValueError, match="too late"):

@@ -77,4 +77,6 @@ pub enum BillingError {
     DestinationRequiresMemo,
     #[msg("the token account's CPI guard is on: turn it off to let the program take payments")]
     CpiGuardEnabled,
+    #[msg("the session key must be a usable Ed25519 key other than the provider's")]
+    InvalidSessionKey,
 }

@@ -237,4 +237,8 @@ pub struct SessionClosed {
     /// Base units returned to the payer.
     pub refunded: u64,
     pub status: SessionStatus,
+    /// Redeemed base units the recipient could not take at close (its account closed,
+    /// frozen or requiring memos): they stay in the vault for `withdraw_session`, and the
+    /// rent comes back at the close that follows. 0 when the session is gone (docs/adr/0037).
+    pub unpaid: u64,
 }

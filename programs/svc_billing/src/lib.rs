@@ -166,9 +166,10 @@ pub mod svc_billing {
         RequestCloseSession::handler(ctx)
     }
 
-    /// Refunds the rest and closes the vault: the provider at any time, the payer after
-    /// the dispute window.
-    #[access_control(ctx.accounts.validate())]
+    /// Refunds the rest, pays the recipient its due if its account takes it, closes the
+    /// vault and shrinks the session to a tombstone (rents to the payer): the provider at
+    /// any time, the payer after the dispute window. A due the recipient cannot take waits
+    /// in the vault for `withdraw_session` and a second close (docs/adr/0037).
     pub fn close_session<'info>(ctx: Context<'info, CloseSession<'info>>) -> Result<()> {
         CloseSession::handler(ctx)
     }

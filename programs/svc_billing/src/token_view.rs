@@ -16,6 +16,7 @@ const STATE_FROZEN: u8 = 2;
 
 /// Token-2022 extension types (spl-token-2022-interface's `ExtensionType`) the program acts on.
 pub mod ext {
+    pub const CONFIDENTIAL_TRANSFER_ACCOUNT: u16 = 5;
     pub const MEMO_TRANSFER: u16 = 8;
     pub const NON_TRANSFERABLE: u16 = 9;
     pub const CPI_GUARD: u16 = 11;
@@ -71,6 +72,34 @@ pub fn token_account(info: &AccountInfo, token_program: &Pubkey) -> Result<Token
     let view = read_token_account(info, token_program)?;
     require!(!view.frozen, BillingError::TokenAccountMismatch);
     Ok(view)
+}
+
+/// `ConfidentialTransferAccount.allow_non_confidential_credits`: after approved (1), the
+/// ElGamal key (32), three ciphertexts (64 each) and the decryptable balance (36), and
+/// `allow_confidential_credits` (1).
+const ALLOW_NON_CONFIDENTIAL_CREDITS: usize = 262;
+
+/// Whether `info` takes a plain transfer of `mint` from this program: a token account of
+/// `mint` owned by `token_program`, not frozen, not requiring a memo, not refusing
+/// non-confidential credits. What its owner or the mint's freeze authority can turn off at
+/// will; `close_session` leaves a recipient's due in the vault rather than fail on it.
+pub fn can_receive(info: &AccountInfo, mint: &Pubkey, token_program: &Pubkey) -> bool {
+    if info.owner != token_program {
+        return false;
+    }
+    let Ok(d) = info.try_borrow_data() else {
+        return false;
+    };
+    let tagged = d.len() == ACCOUNT_LEN || d.get(ACCOUNT_LEN) == Some(&ACCOUNT_TYPE_ACCOUNT);
+    if d.len() < ACCOUNT_LEN || !tagged || d[108] != STATE_INITIALIZED || key(&d, 0) != *mint {
+        return false;
+    }
+    let refuses = extensions(&d).any(|(kind, value)| match kind {
+        ext::MEMO_TRANSFER => value.first() == Some(&1),
+        ext::CONFIDENTIAL_TRANSFER_ACCOUNT => value.get(ALLOW_NON_CONFIDENTIAL_CREDITS) == Some(&0),
+        _ => false,
+    });
+    !refuses
 }
 
 /// The balance of a token account already checked (or about to be checked by a transfer).

@@ -99,6 +99,46 @@ fn slice(data: &[u8], at: u16, len: usize) -> Option<&[u8]> {
     data.get(start..start.checked_add(len)?)
 }
 
+/// The y-coordinates (little-endian, sign bit clear) of Ed25519's eight small-order points,
+/// with the two non-canonical encodings (p and p + 1) of 0 and 1: libsodium's blocklist.
+/// A voucher key among them has signatures that anyone can forge or that verify for many
+/// messages; `open_session` refuses it.
+const SMALL_ORDER: [[u8; 32]; 7] = {
+    let mut list = [[0u8; 32]; 7];
+    list[1][0] = 1;
+    list[2] = [
+        0x26, 0xe8, 0x95, 0x8f, 0xc2, 0xb2, 0x27, 0xb0, 0x45, 0xc3, 0xf4, 0x89, 0xf2, 0xef, 0x98,
+        0xf0, 0xd5, 0xdf, 0xac, 0x05, 0xd3, 0xc6, 0x33, 0x39, 0xb1, 0x38, 0x02, 0x88, 0x6d, 0x53,
+        0xfc, 0x05,
+    ];
+    list[3] = [
+        0xc7, 0x17, 0x6a, 0x70, 0x3d, 0x4d, 0xd8, 0x4f, 0xba, 0x3c, 0x0b, 0x76, 0x0d, 0x10, 0x67,
+        0x0f, 0x2a, 0x20, 0x53, 0xfa, 0x2c, 0x39, 0xcc, 0xc6, 0x4e, 0xc7, 0xfd, 0x77, 0x92, 0xac,
+        0x03, 0x7a,
+    ];
+    // p - 1, p, p + 1: 0xec, 0xed, 0xee, then 0xff... and 0x7f.
+    let mut i = 4;
+    while i < 7 {
+        let mut j = 1;
+        while j < 31 {
+            list[i][j] = 0xff;
+            j += 1;
+        }
+        list[i][0] = 0xec + (i as u8 - 4);
+        list[i][31] = 0x7f;
+        i += 1;
+    }
+    list
+};
+
+/// Whether `key` encodes one of Ed25519's small-order points (the all-zero key among them),
+/// whatever its sign bit.
+pub fn small_order(key: &Pubkey) -> bool {
+    let mut y = key.to_bytes();
+    y[31] &= 0x7f;
+    SMALL_ORDER.contains(&y)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,5 +247,19 @@ mod tests {
         assert!(signs(&lying, 0, &key, &msg)); // the first, real one still matches
         lying[HEADER..HEADER + 2].copy_from_slice(&u16::MAX.to_le_bytes());
         assert!(!signs(&lying, 0, &key, &msg)); // an offset past the end
+    }
+
+    #[test]
+    fn small_order_keys_are_known_whatever_their_sign_bit() {
+        let mut zero = [0u8; 32];
+        assert!(small_order(&Pubkey::new_from_array(zero)));
+        zero[31] = 0x80;
+        assert!(small_order(&Pubkey::new_from_array(zero)));
+        let mut p = [0xffu8; 32];
+        p[0] = 0xed;
+        p[31] = 0x7f;
+        assert!(small_order(&Pubkey::new_from_array(p)));
+        assert!(!small_order(&Pubkey::new_from_array([7; 32])));
+        assert!(!small_order(&crate::ID));
     }
 }

@@ -137,6 +137,14 @@ def show(args: argparse.Namespace) -> int:
 
 async def _show(args: argparse.Namespace) -> int:
     async with billing_client(args) as billing:
+        if await Sessions(billing).buried(args.session):
+            emit(
+                args,
+                {"session": str(args.session), "status": "Closed", "tombstone": True},
+                [f"session {args.session}: closed; its deposit was settled and its rent "
+                 "returned (an empty account keeps the address from reuse)"],
+            )  # fmt: skip
+            return 0
         s = await fetch_session(billing, args.session)
     emit(args, session_json(args.session, s), session_lines(args.session, s))
     return 0
@@ -178,7 +186,13 @@ async def _close(args: argparse.Namespace, closer: Keypair) -> int:
             raise CliError(f"only the provider {s.provider} or the payer {s.payer} may close")
         now = await billing.chain_time()
         windows = [t + s.dispute_secs for t in (s.expires_at, s.close_requested_at) if t]
-        if me == s.payer and me != s.provider and not any(now >= t for t in windows):
+        pending = status(s) == "Closed"  # refunded; the recipient's due still in the vault
+        if (
+            me == s.payer
+            and me != s.provider
+            and not pending
+            and not any(now >= t for t in windows)
+        ):
             if not s.close_requested_at:
                 await send(lambda: sessions.request_close(args.session, closer))
             s = await fetch_session(billing, args.session)
@@ -190,15 +204,35 @@ async def _close(args: argparse.Namespace, closer: Keypair) -> int:
                  "run this again then to get the rest back"],
             )  # fmt: skip
             return 0
+        before = await sessions.token_amount(s.refund) or 0
         receipt = await send(lambda: sessions.close(args.session, closer))
-        refunded = int(receipt.events[-1].data["refunded"]) if receipt.events else 0
-        s = await fetch_session(billing, args.session)
+        # What reached the payer's account: a transfer-fee mint withholds part of the refund.
+        refunded = (await sessions.token_amount(s.refund) or 0) - before
+        closed = next((e.data for e in receipt.events if e.name == "SessionClosed"), {})
+        unpaid = int(closed.get("unpaid", 0))
+        after = await sessions.fetch(args.session)
     data = {
-        **session_json(args.session, s),
+        **session_json(args.session, after or s),
+        "status": "Closed",
         "refunded": str(refunded),
+        "unpaid": str(unpaid),
+        "tombstone": after is None,
         "signature": receipt.signature,
     }
-    emit(args, data, [f"closed: {format_units(refunded, s.decimals)} refunded to {s.refund}"])
+    fee = int(closed.get("refunded", refunded)) - refunded
+    said = f"closed: {format_units(refunded, s.decimals)} refunded to {s.refund}"
+    if fee > 0:
+        said += f" (the mint withheld a fee of {format_units(fee, s.decimals)})"
+    lines = [said]
+    if unpaid:
+        lines.append(
+            f"{format_units(unpaid, s.decimals)} owed to the recipient {s.recipient} waits in "
+            "the vault: its account cannot take it now (closed, frozen or requiring memos); "
+            "run `svcpay session close` again once it can, to pay it and return the rent"
+        )
+    else:
+        lines.append("the vault's and the session's rent went back to the payer")
+    emit(args, data, lines)
     return 0
 
 

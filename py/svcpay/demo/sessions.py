@@ -92,8 +92,7 @@ async def session(w: Walkthrough) -> None:
     say("the provider closes the session (it may at any time): the rest goes back at once")
     await sessions.close(tab.channel, world.provider)
     auth.tabs.drop(next(k for k, _ in auth.tabs.items()))
-    state = await sessions.fetch(tab.channel)
-    expect(state is not None and type(state.status).__name__ == "Closed", "not closed")
+    expect(await sessions.buried(tab.channel), "not closed")  # an empty tombstone is left
     w.show_balances(before, w.balances())
     refund = DEPOSIT - CALLS * QUOTE_PRICE
     say(

@@ -27,7 +27,7 @@ import logging
 from collections.abc import Awaitable, Callable, Collection, MutableMapping, Sequence
 from typing import Any
 
-from svcpay.gate.core import Admit, GateCore, Reply, Request
+from svcpay.gate.core import Admit, GateCore, Reply, Request, private_cache
 from svcpay.gate.paywall import Paywall
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.mints import MintReader
@@ -153,15 +153,15 @@ async def _admitted(app: ASGIApp, admit: Admit, scope: Scope, receive: Receive, 
         kind = message["type"]
         if kind == "http.response.start":
             status = int(message["status"])
+            headers = list(message.get("headers", []))
             if admit.wants_start:
-                headers = list(message.get("headers", []))
                 extra = await admit.start(status, headers)
                 if isinstance(extra, Reply):
                     replaced = True
                     await _reply(send, extra)
                     return
-                if extra:
-                    message = {**message, "headers": [*headers, *extra]}
+                headers += extra
+            message = {**message, "headers": private_cache(headers)}
         elif kind == "http.response.body" and body is not None:
             body.extend(message.get("body", b""))
         await send(message)

@@ -234,3 +234,24 @@ def under(path: str, prefix: str) -> bool:
 
 def _bad(error: str, message: str) -> Reply:
     return Reply.json(400, {"error": error, "message": message})
+
+
+def private_cache(headers: RawHeaders) -> RawHeaders:
+    """`headers` with `Cache-Control` made private, for every answer the gate admitted: a
+    paid answer is its payer's, and a shared cache must never serve it to anyone else (MPP's
+    core draft: a response with `Payment-Receipt` MUST carry `Cache-Control: private`; the
+    same holds for x402's `PAYMENT-RESPONSE` and svcpay's answers). The handler's own
+    directives stay, except `public` and `s-maxage`; `no-store` already says more."""
+    kept: RawHeaders = []
+    directives: list[bytes] = []
+    for name, value in headers:
+        if name.lower() == b"cache-control":
+            directives += [d.strip() for d in value.split(b",") if d.strip()]
+        else:
+            kept.append((name, value))
+    directives = [
+        d for d in directives if d.lower() != b"public" and not d.lower().startswith(b"s-maxage")
+    ]
+    if not any(d.lower() in (b"private", b"no-store") for d in directives):
+        directives.insert(0, b"private")
+    return [*kept, (b"cache-control", b", ".join(directives))]

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from svcpay.gate.asgi import Meter, Scope, Subscriptions
-from svcpay.gate.core import ADMIT, Admit, GateCore, RawHeaders, Reply, Request
+from svcpay.gate.core import ADMIT, Admit, GateCore, RawHeaders, Reply, Request, private_cache
 from svcpay.gate.paywall import Paywall
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.mints import MintReader
@@ -322,16 +322,19 @@ class _Admitted:
         """The app's status and headers, past `admit.start`, to the server."""
         if self.status is None:
             raise AssertionError("the WSGI app did not call start_response()")
-        code, headers = int(self.status[:3]), self.headers
+        code = int(self.status[:3])
+        # Names keep the app's case; the scheme sees them lowercased, as ASGI has them.
+        raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self.headers]
         if self.admit.wants_start:
-            raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
-            extra = self.gate.run(self.admit.start(code, raw))
+            lowered = [(k.lower(), v) for k, v in raw]
+            extra = self.gate.run(self.admit.start(code, lowered))
             if isinstance(extra, Reply):
                 self.code, self.replaced = code, extra
                 self.server_write = self.server_start_response(*_head(extra))
                 return
-            headers = [*headers, *_str_headers(extra)]
+            raw += extra
         self.code = code
+        headers = _str_headers(private_cache(raw))
         self.server_write = self.server_start_response(self.status, headers)
 
     def _start_response(

@@ -31,6 +31,8 @@ class Sessions:
         self.billing = billing
 
     async def fetch(self, address: Pubkey) -> Session | None:
+        """The session at `address`; None when there is none, or only a closed session's
+        tombstone (`buried`)."""
         info = (await self.billing.rpc.get_account_info(address, Confirmed)).value
         # The owner first: anyone can make an account whose bytes look like a session.
         if info is None or info.owner != self.billing.program_id:
@@ -38,6 +40,19 @@ class Sessions:
         if bytes(info.data[:8]) != Session.discriminator:
             return None
         return Session.decode(bytes(info.data))
+
+    async def buried(self, address: Pubkey) -> bool:
+        """Whether `address` holds a closed session's tombstone: an empty account of the
+        program, which keeps the address (and its vouchers) from reuse (docs/adr/0037)."""
+        info = (await self.billing.rpc.get_account_info(address, Confirmed)).value
+        return info is not None and info.owner == self.billing.program_id and not info.data
+
+    async def token_amount(self, account: Pubkey) -> int | None:
+        """The balance of a token account in base units; None if it is not one."""
+        info = (await self.billing.rpc.get_account_info(account, Confirmed)).value
+        if info is None or len(info.data) < 72:
+            return None
+        return int.from_bytes(bytes(info.data[64:72]), "little")
 
     async def open(
         self,

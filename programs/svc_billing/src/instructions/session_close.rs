@@ -46,92 +46,149 @@ impl RequestCloseSession<'_> {
     }
 }
 
-/// Closes a session: what was redeemed and not yet paid out goes to the recipient, what the
-/// vault holds beyond that goes back to the payer's token account, the vault is closed
-/// (rent to the payer), and the session stays as a `Closed` tombstone. The provider may
-/// close at any time (cooperative: redeem the final voucher first, in the same
-/// transaction); the payer only after the dispute window.
+/// Closes a session. What the vault holds beyond what was redeemed goes back to the payer's
+/// token account; what was redeemed and not yet paid out goes to the recipient if its
+/// account takes it (`token_view::can_receive`). Then the vault is closed and the session
+/// shrinks to an empty tombstone, both rents to the payer (docs/adr/0037). A recipient that
+/// cannot take its due (its account closed, frozen, or requiring memos) never holds the
+/// payer's refund: the due stays in the vault, the session stays `Closed` with its data,
+/// `withdraw_session` pays the due out once the recipient can take it, and a second close
+/// then returns the rents. The provider may close at any time (cooperative: redeem the
+/// final voucher first, in the same transaction); the payer after the dispute window, or at
+/// any time once closed.
 #[derive(Accounts)]
 pub struct CloseSession<'info> {
     /// The session's provider or payer.
     pub closer: Signer<'info>,
 
-    #[account(mut, constraint = session.status != SessionStatus::Closed @ BillingError::SessionClosed)]
-    pub session: Account<'info, Session>,
+    /// CHECK: owned by this program (`owner`); `load` requires a `Session` (its
+    /// discriminator) that is not yet a tombstone, and every account below to be the one it
+    /// names. Unchecked because the handler shrinks it to a tombstone, which an
+    /// `Account<Session>` would write back over on exit.
+    #[account(mut, owner = crate::ID @ ErrorCode::AccountOwnedByWrongProgram)]
+    pub session: UncheckedAccount<'info>,
 
-    /// CHECK: fixed by `address` to the session's vault; read in place. All it holds goes
-    /// back (the unredeemed deposit, and anything sent to it directly), so it can always
-    /// be closed.
-    #[account(mut, address = session.vault @ BillingError::TokenAccountMismatch)]
+    /// CHECK: the session's vault (`load`: `session.vault`); read in place. All it holds goes
+    /// somewhere (the payer, the recipient), so it can always be closed.
+    #[account(mut)]
     pub vault: UncheckedAccount<'info>,
 
-    /// CHECK: fixed by `address` to the payer's refund token account.
-    #[account(mut, address = session.refund @ BillingError::TokenAccountMismatch)]
+    /// CHECK: the payer's refund token account (`load`: `session.refund`).
+    #[account(mut)]
     pub refund: UncheckedAccount<'info>,
 
-    /// CHECK: fixed by `address` to the session's recipient, paid what it is owed.
-    #[account(mut, address = session.recipient @ BillingError::DestinationMismatch)]
+    /// CHECK: the session's recipient (`load`: `session.recipient`); paid its due only if
+    /// `token_view::can_receive` says a transfer to it goes through.
+    #[account(mut)]
     pub recipient: UncheckedAccount<'info>,
 
-    /// CHECK: fixed by `address` to the payer, who receives the vault's rent.
-    #[account(mut, address = session.payer @ BillingError::Unauthorized)]
+    /// CHECK: the payer (`load`: `session.payer`), who receives the vault's rent and the
+    /// session's, less the tombstone's.
+    #[account(mut)]
     pub payer: UncheckedAccount<'info>,
 
-    /// CHECK: fixed by `address` to the session's mint. Passed writable for a Token-2022
+    /// CHECK: the session's mint (`load`: `session.mint`). Passed writable for a Token-2022
     /// transfer-fee mint (the vault's withheld fees are harvested into it before the vault
     /// closes); read-only otherwise, so closes never write-lock a busy mint such as USDC.
-    #[account(address = session.mint @ BillingError::MintMismatch)]
     pub mint: UncheckedAccount<'info>,
 
-    /// CHECK: fixed by `address` to the token program of the session's mint.
-    #[account(address = session.token_program @ BillingError::MintMismatch)]
+    /// CHECK: the token program of the session's mint (`load`: `session.token_program`).
     pub token_program: UncheckedAccount<'info>,
 }
 
 impl CloseSession<'_> {
-    pub fn validate(&self) -> Result<()> {
+    /// The session, checked: a live or pending-close `Session`, named by every other account,
+    /// and a closer allowed to close it now.
+    pub fn load(&self) -> Result<Session> {
+        let s = {
+            let data = self.session.try_borrow_data()?;
+            require!(!data.is_empty(), BillingError::SessionClosed);
+            Session::try_deserialize(&mut &data[..])?
+        };
+        // A closed session that still has data waits for its recipient's due to be paid.
+        let pending = s.status == SessionStatus::Closed;
+        require_keys_eq!(
+            self.vault.key(),
+            s.vault,
+            BillingError::TokenAccountMismatch
+        );
+        require_keys_eq!(
+            self.refund.key(),
+            s.refund,
+            BillingError::TokenAccountMismatch
+        );
+        require_keys_eq!(
+            self.recipient.key(),
+            s.recipient,
+            BillingError::DestinationMismatch
+        );
+        require_keys_eq!(self.payer.key(), s.payer, BillingError::Unauthorized);
+        require_keys_eq!(self.mint.key(), s.mint, BillingError::MintMismatch);
+        require_keys_eq!(
+            self.token_program.key(),
+            s.token_program,
+            BillingError::MintMismatch
+        );
         let closer = self.closer.key();
-        let s = &self.session;
-        if closer == s.provider {
-            return Ok(());
+        if closer != s.provider {
+            require_keys_eq!(closer, s.payer, BillingError::Unauthorized);
+            let now = Clock::get()?.unix_timestamp;
+            require!(
+                pending || s.payer_may_close(now),
+                BillingError::DisputeWindowOpen
+            );
         }
-        require_keys_eq!(closer, s.payer, BillingError::Unauthorized);
-        let now = Clock::get()?.unix_timestamp;
-        require!(s.payer_may_close(now), BillingError::DisputeWindowOpen);
-        Ok(())
+        Ok(s)
     }
 
     pub fn handler<'info>(ctx: Context<'info, CloseSession<'info>>) -> Result<()> {
         let a = ctx.accounts;
-        let s = &a.session;
+        let mut s = a.load()?;
         let held = token_view::token_account(&a.vault, &s.token_program)?.amount;
-        let session_info = s.to_account_info();
+        let session_info = a.session.to_account_info();
         let signer = (&s.payer, s.session_id, s.bump);
         // The vault holds at least what is owed (deposits in, only `owed` out of what was
         // redeemed); `min` keeps a close possible whatever happened to it.
         let owed = s.owed().min(held);
-        if owed > 0 {
-            Transfer {
-                token_program: &a.token_program,
-                source: &a.vault,
-                mint: &a.mint,
-                destination: &a.recipient,
-                authority: &session_info,
-                extra: ctx.remaining_accounts,
-            }
-            .from_vault(signer, owed, s.decimals)?;
-        }
         let refunded = held - owed;
-        if refunded > 0 {
+        let vault_transfer = |destination: &AccountInfo<'info>, amount: u64| {
             Transfer {
                 token_program: &a.token_program,
                 source: &a.vault,
                 mint: &a.mint,
-                destination: &a.refund,
+                destination,
                 authority: &session_info,
                 extra: ctx.remaining_accounts,
             }
-            .from_vault(signer, refunded, s.decimals)?;
+            .from_vault(signer, amount, s.decimals)
+        };
+        if refunded > 0 {
+            vault_transfer(&a.refund, refunded)?;
+        }
+        let pay = owed > 0 && token_view::can_receive(&a.recipient, &s.mint, &s.token_program);
+        if pay {
+            vault_transfer(&a.recipient, owed)?;
+            s.withdrawn = s
+                .withdrawn
+                .checked_add(owed)
+                .ok_or(BillingError::MathOverflow)?;
+        }
+        s.status = SessionStatus::Closed;
+        // Whatever was not redeemed is refunded: the deposit now equals what was paid out.
+        s.deposit = s.redeemed;
+        let unpaid = s.owed();
+        emit!(SessionClosed {
+            session: a.session.key(),
+            closed_by: a.closer.key(),
+            redeemed: s.redeemed,
+            refunded,
+            status: s.status,
+            unpaid,
+        });
+        if unpaid > 0 {
+            // The recipient's due waits in the vault; the session keeps what pays it out.
+            let mut data = a.session.try_borrow_mut_data()?;
+            return s.try_serialize(&mut &mut data[..]);
         }
         harvest_withheld(&a.token_program, &a.mint, &a.vault)?;
         let id = s.session_id.to_le_bytes();
@@ -142,27 +199,26 @@ impl CloseSession<'_> {
             CloseAccount {
                 account: a.vault.to_account_info(),
                 destination: a.payer.to_account_info(),
-                authority: session_info,
+                authority: session_info.clone(),
             },
             &[seeds],
         ))?;
-        let s = &mut a.session;
-        s.withdrawn = s
-            .withdrawn
-            .checked_add(owed)
-            .ok_or(BillingError::MathOverflow)?;
-        s.status = SessionStatus::Closed;
-        // Whatever was not redeemed is refunded: the deposit now equals what was paid out.
-        s.deposit = s.redeemed;
-        emit!(SessionClosed {
-            session: s.key(),
-            closed_by: a.closer.key(),
-            redeemed: s.redeemed,
-            refunded,
-            status: s.status,
-        });
-        Ok(())
+        bury(&session_info, &a.payer)
     }
+}
+
+/// Shrinks a closed session to an empty account of this program and returns the rent it no
+/// longer needs to the payer. The tombstone keeps the address taken: `open_session` cannot
+/// create a session there again, so the closed session's vouchers never become redeemable.
+fn bury(session: &AccountInfo, payer: &AccountInfo) -> Result<()> {
+    session.resize(0)?;
+    let spare = session
+        .lamports()
+        .checked_sub(Rent::get()?.minimum_balance(0))
+        .ok_or(BillingError::MathOverflow)?;
+    **session.try_borrow_mut_lamports()? -= spare;
+    **payer.try_borrow_mut_lamports()? += spare;
+    Ok(())
 }
 
 /// Harvests the fees a Token-2022 transfer-fee mint withheld in the vault, so it can close.

@@ -11,6 +11,7 @@ use crate::events::SessionOpened;
 use crate::state::{Session, SessionStatus};
 use crate::token_view;
 use crate::transfer::Transfer as TokenTransfer;
+use crate::voucher;
 
 /// A token account without extensions, in both token programs.
 const VAULT_LEN: u64 = 165;
@@ -95,6 +96,11 @@ impl OpenSession<'_> {
         );
         let recipient = token_view::token_account(&self.recipient, &program)?;
         require_keys_eq!(recipient.mint, self.mint.key(), BillingError::MintMismatch);
+        // A provider holding the session key could sign a voucher for the whole deposit.
+        require!(
+            args.signer != recipient.owner && !voucher::small_order(&args.signer),
+            BillingError::InvalidSessionKey
+        );
         Ok(())
     }
 

@@ -43,6 +43,7 @@ impl RedeemSession<'_> {
     pub fn handler(ctx: Context<Self>, args: RedeemArgs) -> Result<()> {
         let a = ctx.accounts;
         let mut data = a.session.try_borrow_mut_data()?;
+        require!(!data.is_empty(), BillingError::SessionClosed); // a tombstone
         require!(
             data.len() == layout::LEN && data[..8] == *Session::DISCRIMINATOR,
             ErrorCode::AccountDiscriminatorMismatch

@@ -10,8 +10,10 @@ use crate::errors::BillingError;
 ///
 /// PDA seeds: `[SESSION_SEED, payer, session_id.to_le_bytes()]`; its address is the
 /// voucher's channel id. The vault is the token account at
-/// `[VAULT_SEED, session]`, owned by this PDA. A closed session stays as a tombstone
-/// (status `Closed`), so its address, and so its vouchers, can never be reused.
+/// `[VAULT_SEED, session]`, owned by this PDA. A closed session shrinks to a tombstone, an
+/// empty account of this program, so its address, and so its vouchers, can never be reused
+/// (docs/adr/0037); one whose recipient could not take its due at close keeps its data,
+/// status `Closed`, until that is paid out.
 #[account]
 #[derive(InitSpace, Debug)]
 pub struct Session {
@@ -61,7 +63,8 @@ pub enum SessionStatus {
     Open,
     /// The payer asked to close: the provider has until the dispute window ends.
     Closing,
-    /// Settled and refunded; kept so its address is never reused.
+    /// Refunded; what the recipient is still owed waits in the vault (`withdraw_session`),
+    /// then a second close leaves the tombstone.
     Closed,
 }
 

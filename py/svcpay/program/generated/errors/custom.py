@@ -382,6 +382,18 @@ class CpiGuardEnabled(ProgramError):
     msg = "the token account's CPI guard is on: turn it off to let the program take payments"
 
 
+class InvalidSessionKey(ProgramError):
+    def __init__(self) -> None:
+        super().__init__(
+            6036,
+            "the session key must be a usable Ed25519 key other than the provider's",
+        )
+
+    code = 6036
+    name = "InvalidSessionKey"
+    msg = "the session key must be a usable Ed25519 key other than the provider's"
+
+
 CustomError = typing.Union[
     InsufficientFunds,
     SubscriptionNotActive,
@@ -419,6 +431,7 @@ CustomError = typing.Union[
     UnsupportedMintExtension,
     DestinationRequiresMemo,
     CpiGuardEnabled,
+    InvalidSessionKey,
 ]
 CUSTOM_ERROR_MAP: dict[int, CustomError] = {
     6000: InsufficientFunds(),
@@ -457,6 +470,7 @@ CUSTOM_ERROR_MAP: dict[int, CustomError] = {
     6033: UnsupportedMintExtension(),
     6034: DestinationRequiresMemo(),
     6035: CpiGuardEnabled(),
+    6036: InvalidSessionKey(),
 }
 
 

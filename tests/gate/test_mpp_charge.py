@@ -259,9 +259,10 @@ async def test_refused_charges_never_reach_the_chain(shop: Shop) -> None:
     odd = credential(pull, {"type": "bundle"})
     assert problem(await pay(shop, odd)) == "malformed-credential"
     assert problem(await pay(shop, "Payment not-base64!")) == "malformed-credential"
-    # a pulled transaction on the push challenge, and the reverse, are refused
+    # a transaction for the server to co-sign, on the push challenge (which takes only what
+    # the client fully signed), and a pushed signature on the pull challenge, are refused
     push = push_of(found)
-    assert problem(await pay(shop, pulled(push, tx))) == "malformed-credential"
+    assert problem(await pay(shop, pulled(push, tx))) == "verification-failed"
     sig = credential(pull, {"type": "signature", "signature": "1" * 88})
     assert problem(await pay(shop, sig)) == "malformed-credential"
     assert shop.market.received() == 0 and shop.handled == []
@@ -299,6 +300,31 @@ async def test_a_pushed_charge_is_recorded_once(shop: Shop) -> None:
         await pay(shop, credential(other, {"type": "signature", "signature": str(sig)}))
     ) in ("verification-failed",)
     assert shop.handled == ["/v1/data"]
+
+
+async def test_a_client_paid_transaction_on_the_push_challenge_is_sent_as_signed(
+    shop: Shop,
+) -> None:
+    """The Solana charge draft: on a `feePayer: false` challenge "Clients MAY use either
+    type="transaction" or type="signature" credentials", and "the server broadcasts the
+    transaction as-is". One missing a signature is refused before anything is sent."""
+    push = push_of(await challenges(shop))
+    payer = shop.chain.funded_keypair()
+    shop.chain.token_account(payer.pubkey(), shop.market.mint, USDC)
+    sol_before = shop.chain.balance(payer.pubkey())
+    tx = await transaction(shop, push, payer)
+    unsigned = VersionedTransaction.populate(tx.message, [Signature.default()])
+    refused = await pay(shop, pulled(push, unsigned))
+    assert refused.status_code == 402 and problem(refused) == "verification-failed"
+    assert "signature" in refused.json()["detail"]
+    reply = await pay(shop, pulled(push, tx))
+    assert reply.status_code == 200, reply.text
+    assert mpp.Receipt.parse(reply.headers["payment-receipt"]).reference == str(tx.signatures[0])
+    assert shop.market.received() == PRICE
+    assert shop.chain.balance(payer.pubkey()) < sol_before  # the client paid its own fee
+    again = await pay(shop, pulled(push, tx))
+    assert again.status_code == 402 and problem(again) == "verification-failed"
+    assert shop.handled == ["/v1/data"] and shop.market.received() == PRICE
 
 
 async def test_payment_auth_pays_a_charge_when_it_prefers_mpp(shop: Shop) -> None:

@@ -20,7 +20,7 @@ from solders.transaction import VersionedTransaction
 
 from svcpay.protocol.models import ProtocolError
 from svcpay.protocol.settlement import SCHEME_MPP, SettlementEngine, SettlementError
-from svcpay.schemes.mpp_charge.svm import Charge, ChargeRefused, check_charge
+from svcpay.schemes.mpp_charge.svm import Charge, ChargeRefused, check_charge, require_fully_signed
 from svcpay.schemes.mpp_charge.wire import ChargeAnswer, ChargeRequest, SettleCharge, VerifyCharge
 
 UNAVAILABLE = 503
@@ -44,7 +44,8 @@ class ChargeFacilitator:
         self.fee_payer = engine.fee_payer.pubkey()
 
     async def settle(self, body: Any) -> ChargeAnswer:
-        """A pulled charge: check, co-sign, send, confirm (durably, once)."""
+        """A charge's transaction: check, co-sign as fee payer (or, on a `feePayer: false`
+        challenge, take it fully signed by the client), send, confirm (durably, once)."""
         charge = parse_body(SettleCharge, body)
         request = charge.request
         try:
@@ -53,16 +54,20 @@ class ChargeFacilitator:
         except (binascii.Error, ValueError) as e:
             return _refused("malformed-credential", f"not a base64 transaction: {e}")
         details = request.method_details
-        if not details.fee_payer or details.fee_payer_key != str(self.fee_payer):
+        if details.fee_payer and details.fee_payer_key != str(self.fee_payer):
             return _refused(
                 "verification-failed",
                 f"this facilitator pays fees as {self.fee_payer}: the request must say so",
             )
+        # `feePayer: false`: the client signed as fee payer too; sent as it is.
+        fee_payer = self.fee_payer if details.fee_payer else None
         try:
-            paid = await self._check(tx, request, self.fee_payer)
+            paid = await self._check(tx, request, fee_payer)
+            if fee_payer is None:
+                require_fully_signed(tx)
         except ChargeRefused as e:
             return _refused("verification-failed", str(e))
-        signed = self.engine.cosign(tx)
+        signed = self.engine.cosign(tx) if fee_payer is not None else tx
         record = self._record(paid, request)
         try:
             await self.engine.admit(str(paid.payer), str(paid.destination))

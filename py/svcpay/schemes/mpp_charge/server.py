@@ -56,7 +56,7 @@ from svcpay.protocol.replay import ReplayStore
 from svcpay.protocol.token2022 import MintAtEpoch
 from svcpay.schemes.decision import Admit, RawHeaders, Reply, Request
 from svcpay.schemes.mpp_charge.facilitator_client import ChargeSettler, FacilitatorUnavailable
-from svcpay.schemes.mpp_charge.svm import ChargeRefused, check_charge
+from svcpay.schemes.mpp_charge.svm import ChargeRefused, check_charge, require_fully_signed
 from svcpay.schemes.mpp_charge.wire import (
     INTENT,
     METHOD,
@@ -237,13 +237,15 @@ class ChargeIntent:
             return refuse("invalid-challenge", f"the challenge is for other terms: {why}")
         payload = credential.payload
         kind = payload.get("type")
-        if kind == "transaction" and charge.method_details.fee_payer:
+        # A transaction on either challenge: co-signed as fee payer (`feePayer: true`), or
+        # broadcast as the client signed it, fee and all (`feePayer: false`: the Solana
+        # charge draft lets clients send either credential type then).
+        if kind == "transaction":
             return await self._pull(refuse, entry, echo, charge, payload.get("transaction"))
         if kind == "signature" and not charge.method_details.fee_payer:
             return await self._push(refuse, echo, charge, payload.get("signature"))
-        if kind in ("transaction", "signature"):
-            mode = "a pushed signature" if kind == "signature" else "a transaction to co-sign"
-            return refuse("malformed-credential", f"this challenge does not take {mode}")
+        if kind == "signature":
+            return refuse("malformed-credential", "this challenge does not take a pushed signature")
         return refuse("malformed-credential", "payload.type must be transaction or signature")
 
     async def _pull(
@@ -269,6 +271,7 @@ class ChargeIntent:
                 return _unavailable(f"the mint cannot be read: {e}", self.guard.retry_after)
             except ValueError as e:
                 return refuse("verification-failed", f"{self.terms.token} is no mint: {e}")
+        ours = charge.method_details.fee_payer  # else the client pays the fee: as signed
         try:
             check_charge(
                 tx,
@@ -277,9 +280,11 @@ class ChargeIntent:
                 amount=int(charge.amount),
                 decimals=charge.method_details.decimals,
                 memo=charge.external_id,
-                fee_payer=self.fee_payer,
+                fee_payer=self.fee_payer if ours else None,
                 mint_now=mint,
             )
+            if not ours:
+                require_fully_signed(tx)
         except ChargeRefused as e:
             return refuse("verification-failed", str(e))
         key = "tx:" + hashlib.sha256(to_bytes_versioned(tx.message)).hexdigest()

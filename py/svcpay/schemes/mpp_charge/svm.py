@@ -173,3 +173,17 @@ def _check(
     ):
         raise ChargeRefused("the token authority's signature does not verify")
     return Charge(program, source, destination, authority, paid, fee)
+
+
+def require_fully_signed(tx: VersionedTransaction) -> None:
+    """ChargeRefused unless every signature `tx` requires is there and verifies: a
+    transaction the client pays the fee for is broadcast as-is (`feePayer: false`)."""
+    msg = tx.message
+    keys = list(msg.account_keys)
+    needed = msg.header.num_required_signatures
+    if len(tx.signatures) != needed or needed > len(keys):
+        raise ChargeRefused("the transaction does not carry every signature it requires")
+    message = to_bytes_versioned(msg)
+    for key, signature in zip(keys[:needed], tx.signatures, strict=True):
+        if not signature.verify(key, message):
+            raise ChargeRefused(f"the signature of {key} does not verify")

@@ -18,7 +18,7 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from svcpay.facilitator.analytics import DAY, chart_png, parse_range, report
-from svcpay.facilitator.lifecycle import from_program_event
+from svcpay.facilitator.lifecycle import from_program_event, withdrawal_fees_of
 from svcpay.facilitator.store import Event, Store, new_id
 
 pytestmark = pytest.mark.anyio
@@ -379,6 +379,29 @@ async def test_the_program_events_fee_reaches_the_events_table(store: Store) -> 
     await store.events.add_many([event, spl])
     got = await report(store, provider_id=a, start=D0, end=D0 + DAY)
     assert got["totals"]["byMode"]["subscription"] == vol(20 * M, 2, 10_000)
+
+
+async def test_a_session_redeem_reports_the_fee_of_its_withdrawal() -> None:
+    """A session's payout in a transfer-fee mint: the redeem records the claim, the
+    withdrawal in the same transaction pays it and the mint withholds its fee there. The
+    `session.redeemed` event carries that fee and the net, and the analytics count it
+    (issue 38: `(3000, None, None)`, fees 0 instead of 30)."""
+    events = [
+        ("SessionRedeemed", {"session": "Ses1", "amount": 3000, "cumulative": 3000,
+                             "deposit": 9900}),
+        ("SessionWithdrawn", {"session": "Ses1", "amount": 3000, "fee": 30, "net": 2970,
+                              "withdrawn": 3000}),
+    ]  # fmt: skip
+    fees = withdrawal_fees_of(events)
+    assert fees == {"Ses1": 30}
+    (redeemed,) = from_program_event(
+        *events[0], signature="sig", index=0, at=D0, withdrawal_fees=fees
+    )
+    assert (redeemed.amount, redeemed.fee) == (3000, 30)
+    assert (redeemed.data["fee"], redeemed.data["net"]) == (30, 2970)
+    assert from_program_event(*events[1], signature="sig", index=1, at=D0) == []
+    (alone,) = from_program_event(*events[0], signature="sig2", index=0, at=D0)
+    assert alone.fee is None and "net" not in alone.data  # no payout in its transaction
 
 
 async def test_sums_beyond_a_double_stay_exact(store: Store) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -93,10 +93,14 @@ def from_program_event(
     index: int,
     at: int,
     plan: str | None = None,
+    withdrawal_fees: Mapping[str, int] | None = None,
 ) -> list[Event]:
     """The lifecycle events for program event `name` (fields as decoded), the `index`-th
     event of transaction `signature`, which happened at unix time `at`. `plan` attributes
-    events that do not name their plan (AllowanceDeducted) when the caller knows it."""
+    events that do not name their plan (AllowanceDeducted) when the caller knows it.
+    `withdrawal_fees` (session -> fee, from the transaction's `SessionWithdrawn` events,
+    `withdrawal_fees_of`): what a transfer-fee mint withheld of a session's payout, which a
+    redeem in the same transaction reports as its `fee` and `net`."""
     data = {to_camel(k): jsonable(v) for k, v in fields.items()}
     data["transaction"] = signature
     key = chain_key(signature, index)
@@ -161,6 +165,9 @@ def from_program_event(
     if name == "SessionToppedUp":
         return [ev("session.topped_up")]
     if name == "SessionRedeemed":
+        fee = (withdrawal_fees or {}).get(session or "")
+        if fee is not None and amount is not None:
+            data["fee"], data["net"] = fee, amount - fee
         return [ev("session.redeemed", mode="session", amount=amount)]
     if name == "SessionCloseRequested":
         return [ev("session.close_requested")]
@@ -170,6 +177,18 @@ def from_program_event(
         raised = int(data.get("newCap", 0)) > int(data.get("oldCap", 0))
         return [ev("allowance.raised" if raised else "allowance.lowered")]
     return []
+
+
+def withdrawal_fees_of(events: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, int]:
+    """session -> what the mint withheld of its payout, from one transaction's
+    `SessionWithdrawn` events (name, fields); sessions paid without a fee are left out."""
+    fees: dict[str, int] = {}
+    for name, fields in events:
+        fee = fields.get("fee")
+        if name == "SessionWithdrawn" and isinstance(fee, int) and fee > 0:
+            session = str(fields.get("session"))
+            fees[session] = fees.get(session, 0) + fee
+    return fees
 
 
 def transfer_refused(
@@ -211,13 +230,20 @@ async def record_receipt(
     the cluster's clock (what the indexer records as the block time); default: now.
     `provider_id` attributes them when the caller knows whose they are."""
     at = int(time.time()) if at is None else at
+    fees = withdrawal_fees_of((e.name, e.data) for e in receipt.events)
     await store.events.add_many(
         [
             replace(ev, provider_id=provider_id) if provider_id else ev
             for index, event in enumerate(receipt.events)
             for ev in from_program_event(
-                event.name, event.data, signature=receipt.signature, index=index, at=at, plan=plan
-            )
+                event.name,
+                event.data,
+                signature=receipt.signature,
+                index=index,
+                at=at,
+                plan=plan,
+                withdrawal_fees=fees,
+            )  # fmt: skip
         ]
     )
 
@@ -234,6 +260,12 @@ async def index_once(rpc: AsyncClient, store: Store, program_id: Pubkey = PROGRA
     cursor = await store.cursors.get(INDEXER_CURSOR)
     found, new_cursor = await read_events(rpc, program_id, cursor, max_transactions=500)
     recorded = 0
+    by_transaction: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+    for chain_event in found:
+        by_transaction.setdefault(chain_event.signature, []).append(
+            (chain_event.name, chain_event.fields)
+        )
+    fees = {sig: withdrawal_fees_of(events) for sig, events in by_transaction.items()}
     for chain_event in found:
         for ev in from_program_event(
             chain_event.name,
@@ -241,6 +273,7 @@ async def index_once(rpc: AsyncClient, store: Store, program_id: Pubkey = PROGRA
             signature=chain_event.signature,
             index=chain_event.index,
             at=chain_event.block_time or int(time.time()),
+            withdrawal_fees=fees[chain_event.signature],
         ):
             recorded += await store.events.add(ev)
     if new_cursor and new_cursor != cursor:

@@ -7,7 +7,7 @@
     SVCPAY_DATABASE_URL_FILE                                           a file holding the URL
     SVCPAY_FACILITATOR_KEYPAIR       ~/.config/solana/id.json          keypair file
     SVCPAY_FACILITATOR_KEYPAIR_JSON                                    the keypair's JSON array
-    SVCPAY_NETWORK                   solana-mainnet                    network name in proofs
+    SVCPAY_NETWORK                   the RPC node's cluster            network name in proofs
     SVCPAY_PROOF_TTL_SECS            300                               proof lifetime
     SVCPAY_CRANK_INTERVAL_SECS       60                                billing runs at least
                                                                        this often (sooner
@@ -37,6 +37,12 @@
     SVCPAY_SETTLE_UNREGISTERED       0                                 1: settle payments to
                                                                        any payTo (pays fees
                                                                        for anyone)
+    SVCPAY_PRIORITY_FEE_PERCENTILE   50                                the facilitator's own
+                                                                       transactions pay this
+                                                                       percentile of recent
+                                                                       fees (svcpay.rpc.fees)
+    SVCPAY_PRIORITY_FEE_CAP          100000                            ...at most this many
+                                                                       micro-lamports a unit
     SVCPAY_SETTLE_RATE, _BURST       5, 20                             payments per second
                                                                        per payer, burst
     SVCPAY_WEBHOOK_ALLOW_LOCAL       0                                 1: webhooks may go to
@@ -81,8 +87,15 @@ class FacilitatorConfig:
     keypair: Keypair = field(repr=False)
     rpc_url: str = "http://127.0.0.1:8899"  # one URL, or several separated by commas
     rpc_rate: float | None = None  # requests a second to each RPC URL at most (svcpay.rpc)
+    # The facilitator's own transactions (renewals, redeems, usage): a compute-unit price
+    # at this percentile of the recent fees for the accounts they write, within the cap.
+    priority_fee_percentile: float = 50.0
+    priority_fee_cap: int = 100_000  # micro-lamports per compute unit
     database_url: str = field(default_factory=lambda: default_database_url(), repr=False)
     network: str = NETWORK_MAINNET
+    # SVCPAY_NETWORK unset: the network is the RPC node's cluster, read at start
+    # (`svcpay facilitator serve`; svcpay.rpc.cluster, docs/adr/0038).
+    network_from_node: bool = False
     proof_ttl_secs: int = 300
     crank_interval_secs: float = 60.0
     crank_lease_secs: int = 6
@@ -107,8 +120,11 @@ class FacilitatorConfig:
             keypair=_keypair(e),
             rpc_url=_rpc_urls(e),
             rpc_rate=_number(e, "SVCPAY_RPC_RATE", 0) or None,
+            priority_fee_percentile=_percentile(e),
+            priority_fee_cap=int(_number(e, "SVCPAY_PRIORITY_FEE_CAP", cls.priority_fee_cap)),
             database_url=_database_url(e),
-            network=e.get("SVCPAY_NETWORK", cls.network),
+            network=e.get("SVCPAY_NETWORK") or cls.network,
+            network_from_node=not e.get("SVCPAY_NETWORK"),
             proof_ttl_secs=int(_number(e, "SVCPAY_PROOF_TTL_SECS", cls.proof_ttl_secs)),
             crank_interval_secs=_number(e, "SVCPAY_CRANK_INTERVAL_SECS", cls.crank_interval_secs),
             crank_lease_secs=_lease(e),
@@ -159,6 +175,14 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     if raw in ("1", "true", "yes"):
         return True
     raise ConfigError(f"{name} must be 1 or 0, not {raw!r}")
+
+
+def _percentile(env: Mapping[str, str]) -> float:
+    name = "SVCPAY_PRIORITY_FEE_PERCENTILE"
+    value = _number(env, name, FacilitatorConfig.priority_fee_percentile)
+    if value > 100:
+        raise ConfigError(f"{name} is a percentile: 0 to 100, not {value:g}")
+    return value
 
 
 def _number(env: Mapping[str, str], name: str, default: float) -> float:

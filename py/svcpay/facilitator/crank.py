@@ -256,7 +256,9 @@ class _Pass:
         cancels the rest and is raised."""
         self.due = dict(due)
         items = [(key, await self.client.collect_instruction(sub)) for key, sub in due]
-        tasks = [asyncio.create_task(self.handle(g)) for g in pack(items, self.payer.pubkey())]
+        limit = MAX_TX_BYTES - self.client.budget_bytes  # room for the compute budget
+        groups = pack(items, self.payer.pubkey(), limit)
+        tasks = [asyncio.create_task(self.handle(g)) for g in groups]
         if not tasks:
             return
         finished, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)

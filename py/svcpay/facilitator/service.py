@@ -15,6 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from solders.pubkey import Pubkey
 
@@ -31,6 +32,7 @@ from svcpay.facilitator.usage import UsageReporter
 from svcpay.facilitator.webhooks import Deliverer, host_of
 from svcpay.program.client import BillingClient
 from svcpay.rpc import RpcSettings, connect
+from svcpay.rpc.fees import FeeSettings, PriorityFees
 from svcpay.schemes.mpp_charge.facilitator import ChargeFacilitator
 from svcpay.schemes.x402_exact.facilitator import X402Facilitator
 
@@ -50,7 +52,8 @@ class Facilitator:
         self.keypair = config.keypair
         self.store = store or Store.open(config.database_url)
         self.rpc = connect(RpcSettings.parse(config.rpc_url, config.rpc_rate))
-        self.billing = BillingClient(self.rpc)
+        fee_settings = FeeSettings(config.priority_fee_percentile, cap=config.priority_fee_cap)
+        self.billing = BillingClient(self.rpc, fees=PriorityFees(self.rpc, fee_settings))
         self.settler = Settler(
             self.rpc,
             self.keypair,
@@ -86,6 +89,12 @@ class Facilitator:
             redacted(config.database_url),
             host_of(config.rpc_url),  # RPC URLs often carry an API key in the path or query
         )
+
+    def on_network(self, network: str) -> None:
+        """Settles and names `network` from now on: the RPC node's cluster, read at start
+        (`svcpay facilitator serve`; docs/adr/0038)."""
+        self.config = replace(self.config, network=network)
+        self.settler.network = self.x402.network = network
 
     @property
     def public_key(self) -> str:

@@ -37,7 +37,7 @@ from svcpay.program.client import BillingClient, TransactionError
 from svcpay.program.errors import ProgramError
 from svcpay.program.generated.accounts.session import Session
 from svcpay.program.generated.types.session_status import Closing, Open
-from svcpay.program.session_client import pack, withdraw_extras
+from svcpay.program.session_client import MAX_TX_BYTES, pack, withdraw_extras
 from svcpay.protocol.voucher import SignedVoucher
 
 log = logging.getLogger("svcpay.facilitator")
@@ -203,7 +203,8 @@ class SessionRedeemer:
             items.append((states[channel], channel, voucher))
         owners = {h.session: h.provider_id for h in due}
         extra = await withdraw_extras(self.billing, items)
-        for group in pack(items, self.keypair.pubkey(), extra=extra):
+        limit = MAX_TX_BYTES - self.billing.budget_bytes  # room for the compute budget
+        for group in pack(items, self.keypair.pubkey(), extra=extra, limit=limit):
             await self._redeem(group, summary, owners, extra)
         return summary
 

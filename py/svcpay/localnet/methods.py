@@ -21,6 +21,7 @@ import base58
 from solders.account import Account
 from solders.pubkey import Pubkey
 
+from svcpay.localnet.fees import MAX_ACCOUNTS
 from svcpay.localnet.methods_tx import TransactionMethods
 from svcpay.localnet.node import RECENT_BLOCKHASHES, Node, TimeTravelError
 from svcpay.localnet.parsed import TOKEN, mint_decimals, ui_token_amount
@@ -135,6 +136,17 @@ class Methods(TransactionMethods):
     def rpc_getFeeForMessage(self, params: list[Any]) -> dict[str, Any]:
         _, level = self._level(params, 1)
         return self._context(5000, self.node.slot_at(level))
+
+    def rpc_getRecentPrioritizationFees(self, params: list[Any]) -> list[dict[str, int]]:
+        """Per slot of the last 150 with transactions, the least compute-unit price paid,
+        raised to the least paid while write-locking each given account (localnet.fees)."""
+        accounts = param(params, 0, "lockedWritableAccounts", [])
+        if not isinstance(accounts, list):
+            raise RpcError(INVALID_PARAMS, "Invalid params: expected an array of addresses")
+        if len(accounts) > MAX_ACCOUNTS:
+            raise RpcError(INVALID_PARAMS, f"Too many inputs provided; max {MAX_ACCOUNTS}")
+        keys = [str(pubkey(a)) for a in accounts]
+        return self.node.fees.recent(keys, self.node.slot_at("processed"))
 
     # -- time travel (surfpool's cheatcode) -----------------------------------------------
     def rpc_surfnet_timeTravel(self, params: list[Any]) -> dict[str, int]:

@@ -48,6 +48,7 @@ from solders.transaction import VersionedTransaction
 from solders.transaction_metadata import FailedTransactionMetadata
 
 from svcpay.localnet import parsed
+from svcpay.localnet.fees import PrioritizationFees, compute_unit_price
 
 SLOT_MS = 400  # mainnet's target slot time
 SLOTS_PER_EPOCH = 432_000
@@ -135,6 +136,7 @@ class Node:
         self._unfinalized: deque[tuple[int, Pubkey]] = deque()  # those entries, in order
         self._unfinalized_txs: deque[int] = deque()  # slots of the landed, not finalized
         self.history: dict[str, TxRecord] = {}
+        self.fees = PrioritizationFees()  # getRecentPrioritizationFees (svcpay.localnet.fees)
         # address -> signatures of the landed transactions naming it, oldest first
         self.by_address: dict[str, list[str]] = {}
         self.faucet = Keypair()
@@ -450,6 +452,8 @@ class Node:
         )
         if str(meta.signature()) != UNPROCESSED:  # landed
             self.history[record.signature] = record
+            price = compute_unit_price(tx.message)
+            self.fees.record(self.slot, price, self._writable(tx.message))
             self.transaction_count += 1
             record.order = self.transaction_count
             slot, count = self._block

@@ -35,7 +35,15 @@ from svcpay.program.generated.accounts.subscription import Subscription
 from svcpay.program.generated.program_id import PROGRAM_ID
 from svcpay.program.generated.types.subscription_status import Cancelled, Expired
 from svcpay.program.tokens import TokenRoutes
+from svcpay.protocol.programs import COMPUTE_BUDGET
 from svcpay.rpc import landing
+from svcpay.rpc.fees import (
+    BUDGET_BYTES,
+    MAX_COMPUTE_UNIT_LIMIT,
+    PriorityFees,
+    budget,
+    compute_limit,
+)
 from svcpay.rpc.landing import Lander, Pending, Rejected, Unsent
 
 CLOCK_SYSVAR = Pubkey.from_string("SysvarC1ock11111111111111111111111111111111")
@@ -99,9 +107,15 @@ def status_name(subscription: Subscription) -> str:
 
 
 class BillingClient:
-    def __init__(self, rpc: AsyncClient, program_id: Pubkey = PROGRAM_ID) -> None:
+    def __init__(
+        self, rpc: AsyncClient, program_id: Pubkey = PROGRAM_ID, *, fees: PriorityFees | None = None
+    ) -> None:
+        """`fees`: give each transaction a compute-unit limit measured by simulation and a
+        price estimated from the cluster's recent fees (the facilitator's own transactions;
+        svcpay.rpc.fees). Without it, transactions carry no compute budget."""
         self.rpc = rpc
         self.program_id = program_id
+        self.fees = fees
         self.tokens = TokenRoutes(rpc)
         self._sent: deque[bytes] = deque(maxlen=512)
         # The last block height at which each transaction signed here can land.
@@ -127,6 +141,7 @@ class BillingClient:
         """A signed transaction of `ixs` under a recent blockhash (valid about a minute).
         The same message under the same blockhash is the same transaction, which a cluster
         drops as a duplicate: a deliberate repeat waits for the next blockhash."""
+        ixs = await self.budgeted(ixs, signers[0].pubkey())
         while True:
             latest = (await self.rpc.get_latest_blockhash(Confirmed)).value
             msg = MessageV0.try_compile(signers[0].pubkey(), ixs, [], latest.blockhash)
@@ -139,6 +154,34 @@ class BillingClient:
                 self._valid_until[str(tx.signatures[0])] = latest.last_valid_block_height
                 return tx
             await asyncio.sleep(0.1)
+
+    @property
+    def budget_bytes(self) -> int:
+        """What the compute budget adds to each transaction's size (0 without `fees`): what
+        packing many instructions into one transaction leaves free."""
+        return BUDGET_BYTES if self.fees is not None else 0
+
+    async def budgeted(self, ixs: list[Instruction], payer: Pubkey) -> list[Instruction]:
+        """`ixs` behind a compute-unit limit (a simulation's units, plus a margin) and price
+        (the cluster's recent fees for the accounts they write), with `fees`; else, or when
+        the simulation fails (the send's preflight then says why), `ixs` as they are."""
+        if self.fees is None or any(ix.program_id == COMPUTE_BUDGET for ix in ixs):
+            return ixs
+        writable = {m.pubkey for ix in ixs for m in ix.accounts if m.is_writable} | {payer}
+        price = await self.fees.price(sorted(writable, key=str))
+        try:
+            latest = (await self.rpc.get_latest_blockhash(Confirmed)).value
+            trial = [*budget(MAX_COMPUTE_UNIT_LIMIT, price), *ixs]
+            msg = MessageV0.try_compile(payer, trial, [], latest.blockhash)
+            unsigned = VersionedTransaction.populate(
+                msg, [Signature.default()] * msg.header.num_required_signatures
+            )
+            sim = (await self.rpc.simulate_transaction(unsigned, commitment=Confirmed)).value
+        except Exception:  # no estimate: sent as before, its preflight decides
+            return ixs
+        if sim.err is not None or not sim.units_consumed:
+            return ixs
+        return [*budget(compute_limit(sim.units_consumed), price), *ixs]
 
     async def send_signed(self, tx: VersionedTransaction) -> Receipt:
         """Sends `tx` and rebroadcasts it until it is confirmed or its blockhash has expired

@@ -137,7 +137,8 @@ class Sessions:
         states = [(await self._session(v.channel), v.channel, v) for v in vouchers]
         extra = await withdraw_extras(self.billing, states)
         receipts = []
-        for group in pack(states, fee_payer.pubkey(), extra=extra):
+        limit = MAX_TX_BYTES - self.billing.budget_bytes
+        for group in pack(states, fee_payer.pubkey(), extra=extra, limit=limit):
             ixs = sessions.redeem_many(group, extra=extra)
             receipts.append(await self.billing.send(ixs, [fee_payer]))
         return receipts
@@ -168,12 +169,14 @@ def pack(
     *,
     pay: bool = True,
     extra: Mapping[Pubkey, Sequence[AccountMeta]] | None = None,
+    limit: int = MAX_TX_BYTES,
 ) -> list[list[tuple[Session, Pubkey, SignedVoucher]]]:
     """Greedy groups of redeems (withdrawals too, with `pay`, each with its `extra` hook
-    accounts) whose transaction fits in MAX_TX_BYTES."""
+    accounts) whose transaction fits in `limit` bytes (less than MAX_TX_BYTES when a
+    compute budget goes in front: BillingClient.budget_bytes)."""
     groups: list[list[tuple[Session, Pubkey, SignedVoucher]]] = []
     for item in items:
-        if groups and _size([*groups[-1], item], payer, pay, extra) <= MAX_TX_BYTES:
+        if groups and _size([*groups[-1], item], payer, pay, extra) <= limit:
             groups[-1].append(item)
         else:
             groups.append([item])

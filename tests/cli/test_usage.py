@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,6 +42,28 @@ def test_every_command_has_help(offline_cli: Cli) -> None:
     assert "exit codes:" in top and "4  payment declined" in top and "localnet" in top
 
 
+def test_the_help_names_the_example_apis_real_routes(offline_cli: Cli) -> None:
+    from starlette.routing import Route
+
+    from svcpay.examples.resource_server import router
+
+    routes = {
+        f"{method} {route.path}"
+        for route in router.routes
+        if isinstance(route, Route)
+        for method in route.methods or ()
+    }
+    pay = offline_cli("pay", "--help").out
+    examples = [line.split() for line in pay.splitlines() if "localhost:8000/" in line]
+    assert len(examples) == 3
+    for words in examples:  # svcpay pay URL ...: a GET, as none gives -X or -d
+        assert not {"-X", "-d"} & set(words), words
+        assert "GET " + words[2].split("localhost:8000", 1)[1] in routes, (words, routes)
+    serve = " ".join(offline_cli("example", "serve", "--help").out.split())
+    named = re.findall(r"\b(?:GET|POST) /v1/\w+", serve)
+    assert len(named) >= 3 and set(named) <= routes, (named, routes)
+
+
 def test_no_command_prints_help_and_a_group_alone_is_a_usage_error(offline_cli: Cli) -> None:
     assert main([]) == 0
     group = offline_cli("plan")
@@ -57,11 +82,32 @@ def test_localnet_is_handed_to_the_validator_unparsed(
     assert result.code == 1 and "run scripts/build-program" in result.err
 
 
+@pytest.mark.parametrize("flag", ["--help", "-h", "--he"])
+def test_localnet_help_needs_no_built_program(flag: str, tmp_path: Path) -> None:
+    # In a process of its own: the validator replaces the process it starts in.
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from svcpay.localnet import process\n"
+        f"process.PROGRAM_SO = Path({str(tmp_path / 'missing.so')!r})\n"
+        "from svcpay.cli import main\n"
+        f"sys.exit(main(['localnet', {flag!r}]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: svcpay localnet") and "--rpc-port" in done.stdout
+    assert "build-program" not in done.stdout + done.stderr
+
+
 @pytest.mark.parametrize(
     ("option", "value", "complaint"),
     [
         ("--amount", "abc", "not an amount"),
-        ("--amount", "-1", "greater than zero"),
+        ("--amount", "-1", "the amount must be positive"),
+        ("--amount", "-1u", "the amount must be positive"),
+        ("--amount", "1e3", "exponents (1e3), nan and inf are not amounts"),
         ("--amount", "0", "greater than zero"),
         ("--amount", "12x", "not an amount"),
         ("--period", "3x", "not a duration"),
@@ -92,6 +138,38 @@ def test_durations_and_amounts_in_every_accepted_form(offline_cli: Cli) -> None:
     assert amount_arg("9.99").to_base(6) == 9_990_000
     assert amount_arg("9990000u").to_base(2) == 9_990_000
     assert amount_arg("1_000").to_base(0) == 1000
+
+
+def test_negative_and_exponent_amounts_are_refused_wherever_an_amount_is_read(
+    offline_cli: Cli, tmp_path: Path
+) -> None:
+    """A leading '-' reaches the amount's parser (not "the following arguments are
+    required"), and only plain decimals and base units are amounts: never 1e3, nan or inf
+    (Decimal reads them all), as a positional or an option, token units or SOL."""
+    key = keyfile(tmp_path, Keypair())
+    nothing = str(Keypair().pubkey())
+    dead = f"http://127.0.0.1:{free_port()}"
+    positive, forms = "the amount must be positive", "exponents (1e3), nan and inf"
+    commands: list[tuple[tuple[str, ...], str]] = [
+        (("token", "mint", nothing, "{}"), "argument AMOUNT"),
+        (("session", "top-up", nothing, "{}"), "argument AMOUNT"),
+        (("session", "open", "--mint", nothing, "--pay-to", nothing, "--deposit", "{}"),
+         "argument --deposit"),
+        (("pay", "http://127.0.0.1:1/v1/data", "--max-amount", "{}"), "argument --max-amount"),
+        (("subscribe", nothing, "--max-overage", "{}"), "argument --allowance-cap"),
+        (("token", "create-mint", "--token-2022", "--transfer-fee-bps", "10", "--max-fee",
+          "{}"), "argument --max-fee"),
+        (("keys", "airdrop", "{}"), "not an amount of SOL"),
+    ]  # fmt: skip
+    for template, argument in commands:
+        for value, complaint in (("-1u", positive), ("-1", positive), ("-.5", positive),
+                                 ("1e3", forms), ("1E3u", forms), ("nan", forms),
+                                 ("inf", forms)):  # fmt: skip
+            argv = [value if part == "{}" else part for part in template]
+            result = offline_cli(*argv, "-k", key, "-u", dead)
+            assert result.code == 2, (argv, result.err)
+            assert argument in result.err and complaint in result.err, (argv, result.err)
+            assert "required" not in result.err, (argv, result.err)
 
 
 def test_a_missing_keypair_names_the_fix(cli: Cli, tmp_path: Path) -> None:
@@ -187,7 +265,11 @@ def test_error_paths_print_one_line_with_what_to_do_and_no_traceback(
     dead_rpc = f"http://127.0.0.1:{free_port()}"
     database = f"sqlite:///{tmp_path / 'facilitator.db'}"
     cases: list[tuple[tuple[str, ...], int, str]] = [
-        (("keys", "airdrop", "1e12", "--keypair", key, "--url", dead_rpc), 2, "out of range"),
+        (
+            ("keys", "airdrop", "1000000000000", "--keypair", key, "--url", dead_rpc),
+            2,
+            "out of range",
+        ),  # fmt: skip
         (("keys", "airdrop", "-1", "--keypair", key, "--url", dead_rpc), 2, "not an amount"),
         (
             (

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, NoReturn, TypeAlias, TypeVar
 from urllib.parse import urlparse
@@ -92,9 +92,17 @@ class PaymentDeclined(CliError):
 
 # -- parsers ------------------------------------------------------------------------------
 class CliParser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line (and exit 2, as argparse's do)."""
+    """An ArgumentParser whose usage errors are one line (and exit 2, as argparse's do), and
+    which reads a '-' followed by a digit (`-1u`, `-1e3`, `-.5`) as a value, not an option,
+    as Python 3.13's argparse does: a negative amount then reaches its type, which says
+    what is wrong with it, instead of being reported as a missing argument. No option of
+    svcpay's is named like a number."""
 
     last_error = ""  # the message of the latest usage error, for `--json`
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-\.?[0-9]")
 
     def error(self, message: str) -> NoReturn:
         CliParser.last_error = f"{message} (see `{self.prog} --help`)"
@@ -299,42 +307,61 @@ class Amount:
         return units
 
 
-_BASE_UNITS = re.compile(r"^(\d+)\s*(?:u|units)$", re.IGNORECASE)
+_BASE_UNITS = re.compile(r"^([0-9]+)\s*(?:u|units)$", re.IGNORECASE)
+_DECIMAL = re.compile(r"^(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)$")
+AMOUNT_FORMS = (
+    "write token units as digits with an optional decimal point (9.99), or base units with "
+    "a u suffix (9990000u); exponents (1e3), nan and inf are not amounts"
+)
+
+
+def plain_decimal(text: str) -> Decimal:
+    """`9.99` as a Decimal: digits with an optional decimal point and nothing else. What
+    Decimal would also read (a sign, 1e3, nan, inf) is refused, with a ValueError saying
+    so, rather than taken for a number the user did not write."""
+    if text.startswith("-"):
+        raise ValueError("the amount must be positive")
+    if not _DECIMAL.match(text):
+        raise ValueError(
+            "write digits with an optional decimal point, e.g. 1 or 0.5; exponents (1e3), nan "
+            "and inf are not amounts"
+        )
+    return Decimal(text)
+
+
+def _amount(text: str, *, zero: bool) -> Amount:
+    """`amount_arg` (zero refused) or `zero_or_amount_arg` (zero allowed)."""
+    cleaned = text.strip().replace("_", "")
+    if cleaned.startswith("-"):
+        raise argparse.ArgumentTypeError(f"the amount must be positive: {text!r}")
+    match = _BASE_UNITS.match(cleaned)
+    if match:
+        units = int(match.group(1))
+        if units == 0 and zero:
+            return Amount(cleaned, 0)
+        if not 0 < units <= U64_MAX:
+            raise argparse.ArgumentTypeError(f"base units must lie between 1 and {U64_MAX}")
+        return Amount(cleaned, units)
+    try:
+        value = plain_decimal(cleaned)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an amount: {text!r} ({AMOUNT_FORMS})") from None
+    if value == 0:
+        if zero:
+            return Amount(cleaned, 0)
+        raise argparse.ArgumentTypeError(f"amount must be greater than zero: {text!r}")
+    return Amount(cleaned)
 
 
 def amount_arg(text: str) -> Amount:
     """`9.99` (token units) or `9990000u` (base units); greater than zero."""
-    text = text.strip().replace("_", "")
-    match = _BASE_UNITS.match(text)
-    if match:
-        units = int(match.group(1))
-        if not 0 < units <= U64_MAX:
-            raise argparse.ArgumentTypeError(f"base units must lie between 1 and {U64_MAX}")
-        return Amount(text, units)
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        raise argparse.ArgumentTypeError(
-            f"not an amount: {text!r} (write token units like 9.99, or base units like 9990000u)"
-        ) from None
-    if not value.is_finite() or value <= 0:
-        raise argparse.ArgumentTypeError(f"amount must be greater than zero: {text!r}")
-    return Amount(text)
+    return _amount(text, zero=False)
 
 
 def zero_or_amount_arg(text: str) -> Amount:
     """Like `amount_arg`, zero allowed (`0`, `0u`): a cap that may be nothing, such as a
     transfer fee's maximum."""
-    cleaned = text.strip().replace("_", "")
-    match = _BASE_UNITS.match(cleaned)
-    if match and int(match.group(1)) == 0:
-        return Amount(cleaned, 0)
-    try:
-        if Decimal(cleaned) == 0:
-            return Amount(cleaned, 0)
-    except InvalidOperation:
-        pass
-    return amount_arg(text)
+    return _amount(text, zero=True)
 
 
 MAX_BASIS_POINTS = 10_000
@@ -552,6 +579,18 @@ async def check_token_account(
     if owner is not None and account.owner != owner:
         raise UsageError(f"{what} {address} belongs to {account.owner}, not {owner}")
     return account
+
+
+async def refuse_frozen(rpc: AsyncClient, account: TokenAccount, *, what: str, can: str) -> None:
+    """CliError naming `account` when it is frozen: its token program refuses every transfer
+    from or to it (and minting into it) until the mint's freeze authority thaws it, which the
+    program or the token program would report only by an error code. `can` is what it cannot
+    do then ("pay", "receive")."""
+    if account.info is None or not account.info.frozen:
+        return
+    authority = (await fetch_mint_info(rpc, account.mint)).freeze_authority
+    by = f"the mint's freeze authority {authority}" if authority else "the mint's freeze authority"
+    raise CliError(f"{what} {account.address} is frozen (by {by}); it cannot {can} until thawed")
 
 
 async def require_token_account(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 
 from solana.rpc.commitment import Confirmed
@@ -17,6 +17,7 @@ from svcpay.cli._common import (
     command,
     emit,
     load_signer,
+    plain_decimal,
     run,
     subcommands,
     table,
@@ -57,10 +58,10 @@ def show(args: argparse.Namespace) -> int:
 
 def airdrop(args: argparse.Namespace) -> int:
     try:
-        sol = Decimal(args.sol)
-    except InvalidOperation:
-        sol = Decimal(-1)
-    if not sol.is_finite() or sol <= 0 or sol != sol.quantize(Decimal("1e-9")):
+        sol = plain_decimal(args.sol.strip())
+    except ValueError as e:
+        raise UsageError(f"not an amount of SOL: {args.sol!r}: {e}") from None
+    if sol <= 0 or sol != sol.quantize(Decimal("1e-9")):
         raise UsageError(f"not an amount of SOL: {args.sol!r} (e.g. 1 or 0.5)")
     if sol * LAMPORTS_PER_SOL > MAX_LAMPORTS:
         raise UsageError(

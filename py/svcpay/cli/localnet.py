@@ -21,8 +21,9 @@ NAME = "localnet"
 def run(argv: list[str]) -> int:
     """Runs the drop-in validator in the foreground (Ctrl-C stops it). With no
     --bpf-program, loads the built svc_billing at its program id. With --json the ready line
-    (or the error) is one JSON object on stdout."""
-    if "--bpf-program" not in argv:
+    (or the error) is one JSON object on stdout. A missing program is reported only when the
+    validator is to start: --help needs none."""
+    if "--bpf-program" not in argv and not asks_for_help(argv):
         if not process.PROGRAM_SO.exists():
             message = f"{process.PROGRAM_SO} is missing; run scripts/build-program"
             print(f"svcpay localnet: {message}", file=sys.stderr)
@@ -32,6 +33,12 @@ def run(argv: list[str]) -> int:
         argv = ["--bpf-program", str(PROGRAM_ID), str(process.PROGRAM_SO), *argv]
     os.execv(sys.executable, [sys.executable, "-m", "svcpay.localnet.server", *argv])
     return 0  # not reached
+
+
+def asks_for_help(argv: list[str]) -> bool:
+    """Whether `argv` asks the validator for its help: -h, --help, or an abbreviation of it
+    that argparse takes (--he); no other flag of the validator starts with --h."""
+    return any(arg == "-h" or (len(arg) >= 3 and "--help".startswith(arg)) for arg in argv)
 
 
 def register(subparsers: Subparsers) -> None:

@@ -574,8 +574,9 @@ def register(subparsers: Subparsers) -> None:
         "`exact` price on Solana and the server settles it. MPP session offers (--session): a "
         "voucher on your session for that gate. Payments come from --keypair's "
         "associated token account. Exit 4 if the payment is declined or still required.",
+        # The example API's routes (`svcpay example serve`, on its default port).
         epilog="examples:\n  svcpay pay http://localhost:8000/v1/data --max-amount 0.50\n"
-        "  svcpay pay http://localhost:8000/v1/metered --session --max-amount 1\n"
+        "  svcpay pay http://localhost:8000/v1/quote --session --max-amount 1\n"
         "  svcpay pay http://localhost:8000/v1/resource --max-amount 10 --yes",
     )
     p.add_argument("target", metavar="URL", help="the gated resource")

@@ -11,6 +11,7 @@ from typing import Any
 
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
+from spl.token.instructions import get_associated_token_address
 
 from svcpay.cli._common import (
     CliError,
@@ -20,13 +21,15 @@ from svcpay.cli._common import (
     billing_client,
     command,
     emit,
+    fetch_mint_info,
+    fetch_token_account,
     format_duration,
     format_time,
     format_units,
     load_signer,
-    mint_decimals,
     parse_duration,
     pubkey_arg,
+    refuse_frozen,
     require_token_account,
     run,
     send,
@@ -113,8 +116,13 @@ def open_cmd(args: argparse.Namespace) -> int:
 
 async def _open(args: argparse.Namespace, payer: Keypair) -> int:
     async with billing_client(args) as billing:
-        decimals = await mint_decimals(billing.rpc, args.mint)
+        mint = await fetch_mint_info(billing.rpc, args.mint)
+        decimals = mint.decimals
         await require_token_account(billing.rpc, args.pay_to, "--pay-to", mint=args.mint)
+        source = get_associated_token_address(payer.pubkey(), args.mint, mint.program)
+        paying = await fetch_token_account(billing.rpc, source)
+        if paying is not None:
+            await refuse_frozen(billing.rpc, paying, what="the paying token account", can="pay")
         deposit = args.deposit.to_base(decimals)
         price = args.price.to_base(decimals) if args.price else 1
         expires_at = await billing.chain_time() + args.expires_in  # the program's clock
@@ -160,6 +168,9 @@ async def _top_up(args: argparse.Namespace, payer: Keypair) -> int:
         if s.payer != payer.pubkey():
             raise CliError(f"only the session's payer {s.payer} may top it up (--keypair)")
         amount = args.amount.to_base(s.decimals)
+        paying = await fetch_token_account(billing.rpc, s.refund)
+        if paying is not None:
+            await refuse_frozen(billing.rpc, paying, what="the paying token account", can="pay")
         now = await billing.chain_time()
         expires = now + args.expires_in if args.expires_in else None
         sessions = Sessions(billing)

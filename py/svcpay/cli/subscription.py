@@ -15,6 +15,7 @@ from svcpay.cli._common import (
     Subparsers,
     amount_arg,
     billing_client,
+    check_token_account,
     command,
     emit,
     format_duration,
@@ -22,7 +23,7 @@ from svcpay.cli._common import (
     format_units,
     load_signer,
     pubkey_arg,
-    require_token_account,
+    refuse_frozen,
     run,
     send,
     subcommands,
@@ -139,8 +140,12 @@ async def _subscribe(args: argparse.Namespace, subscriber: Keypair) -> int:
         source = args.token_account or get_associated_token_address(
             subscriber.pubkey(), plan.mint, program
         )
-        await require_token_account(
-            billing.rpc, source, "paying token account", mint=plan.mint, owner=subscriber.pubkey()
+        paying = await check_token_account(
+            billing.rpc,
+            source,
+            what="paying token account",
+            mint=plan.mint,
+            owner=subscriber.pubkey(),
         )
         if source == plan.destination:
             raise CliError(
@@ -149,6 +154,7 @@ async def _subscribe(args: argparse.Namespace, subscriber: Keypair) -> int:
             )
         held = await billing.held_subscription(args.plan, subscriber.pubkey())
         if held is None:
+            await refuse_frozen(billing.rpc, paying, what="the paying token account", can="pay")
             address = await send(
                 lambda: billing.subscribe(
                     args.plan, subscriber, max_overage=cap, token_account=args.token_account

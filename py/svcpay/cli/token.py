@@ -40,6 +40,7 @@ from svcpay.cli._common import (
     format_units,
     load_signer,
     pubkey_arg,
+    refuse_frozen,
     run,
     send,
     subcommands,
@@ -283,6 +284,16 @@ async def _mint(args: argparse.Namespace, authority: Keypair) -> int:
         program = mint.program
         to = args.to or authority.pubkey()
         owner, dest = await _recipient(billing.rpc, to, args.mint, program)
+        existing = await fetch_token_account(billing.rpc, dest)
+        if existing is not None:
+            await refuse_frozen(billing.rpc, existing, what="the token account", can="receive")
+        elif mint.default_frozen:
+            raise CliError(
+                f"new token accounts of {args.mint} start frozen (its default account state): "
+                f"{dest} would be created frozen, and cannot receive until the mint's freeze "
+                f"authority {mint.freeze_authority} thaws it: create it (`svcpay token account "
+                f"{args.mint} --owner {owner}`), have it thawed, then mint"
+            )
         ixs = [
             create_idempotent_associated_token_account(
                 authority.pubkey(), owner, args.mint, program

@@ -28,6 +28,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # The suite's local validators stand in for mainnet (docs/adr/0038): its terms name
+    # solana-mainnet, since the x402 SDKs it interoperates with know no local network. The
+    # demo clears SVCPAY_* settings, and so runs on solana-localnet, as a user's does;
+    # tests/protocol/test_cluster.py checks the refusals without the stand-in.
+    os.environ.setdefault("SVCPAY_LOCALNET_AS", "solana-mainnet")
     chosen = config.getoption("--validator")
     if chosen:  # subprocesses (the CLI, the demo, the facilitator) see the same choice
         os.environ["SVCPAY_VALIDATOR"] = chosen

@@ -34,7 +34,9 @@ def error_paths(tmp: Path, busy: int) -> list[tuple[tuple[str, ...], int, str]]:
     nothing = str(Keypair().pubkey())
     return [
         # arguments
-        (("keys", "airdrop", "1e12", "-k", key, "-u", dead), 2, "out of range"),
+        (("keys", "airdrop", "1000000000000", "-k", key, "-u", dead), 2, "out of range"),
+        (("keys", "airdrop", "1e3", "-k", key, "-u", dead), 2, "exponents (1e3)"),
+        (("token", "mint", nothing, "-1u", "-k", key, "-u", dead), 2, "must be positive"),
         (("keys", "airdrop", "-1", "-k", key), 2, "not an amount"),
         (("plan", "show", nothing, "-u", "mainnet"), 2, "not an RPC URL or moniker"),
         (("facilitator", "serve", "--port", "70000", "--database", db, "-k", key), 2,
@@ -64,7 +66,8 @@ def error_paths(tmp: Path, busy: int) -> list[tuple[tuple[str, ...], int, str]]:
         (("facilitator", "crank", "--database", db, "-k", key, "-u", dead), 1,
          "cannot reach RPC"),
         (("example", "serve", "--pay-to", nothing, "--mint", nothing, "--plan", nothing,
-          "-k", key, "-u", dead, "--facilitator", dead), 2, "cannot read the facilitator's key"),
+          "-k", key, "-u", dead, "--facilitator", dead), 2,
+         "cannot read the genesis hash"),  # which cluster comes first (docs/adr/0038)
         # an unreachable database
         (("facilitator", "migrate", "--database", dead_pg), 1, "database server runs"),
         (("facilitator", "provider", "list", "--database", dead_pg), 1, "database server runs"),

@@ -33,6 +33,7 @@ from svcpay.program.generated.accounts.session import Session as Session_
 from svcpay.program.session_client import Sessions
 from svcpay.protocol import mpp
 from svcpay.protocol.memo import Memos
+from svcpay.protocol.programs import TOKEN_2022_PROGRAM
 from svcpay.protocol.replay import MemoryReplayStore
 from svcpay.protocol.voucher import SignedVoucher
 from svcpay.schemes.session.client import SessionOffer, Tab, Tabs
@@ -41,6 +42,7 @@ from svcpay.schemes.session.server import SessionPolicy
 from tests.cli.conftest import serve
 from tests.support.billing import USDC
 from tests.support.chain import Chain
+from tests.support.token2022 import t22_mint
 
 pytestmark = pytest.mark.anyio
 PRICE = 1_000  # 0.001 USDC a call
@@ -392,6 +394,33 @@ async def test_payment_auth_opens_a_session_and_pays_each_call_with_a_voucher(
     state = await Sessions(client).fetch(tab.channel)
     assert state is not None and type(state.status).__name__ == "Closing"
     assert tabs.items() == []
+
+
+async def test_payment_auth_in_a_fee_mint_keeps_what_the_vault_received(
+    chain: Chain, client: BillingClient, tmp_path: Path
+) -> None:
+    """A transfer-fee mint (1%) withholds part of every deposit: the tab counts what the
+    vault received, so the calls past it top up instead of failing (issue 38: the tab kept
+    2,000 sent, the vault held 1,980, and the 20th call failed)."""
+    mint = t22_mint(chain, transfer_fee=(100, USDC))
+    provider, payer = chain.funded_keypair(), chain.funded_keypair()
+    recipient = chain.token_account(provider.pubkey(), mint, program_id=TOKEN_2022_PROGRAM)
+    chain.token_account(payer.pubkey(), mint, 100 * USDC, program_id=TOKEN_2022_PROGRAM)
+    world = World(chain, client, mint, provider, recipient, payer, MemoryVoucherLedger())
+    tabs = Tabs(tmp_path / "tabs.json")
+    auth = PaymentAuth(payer, rpc=client.rpc, billing=client, max_per_request=DEPOSIT,
+                       session_deposit=20 * PRICE, tabs=tabs)  # fmt: skip
+    gate = world.gate()
+    gate.auth = auth
+    async with gate as http:
+        for i in range(25):  # 19 calls fit in 19,800: the 20th tops up
+            r = await http.get("/v1/data")
+            assert r.status_code == 200, (i, r.text)
+    [(_, tab)] = tabs.items()
+    state = await Sessions(client).fetch(tab.channel)
+    assert state is not None and tab.deposit == state.deposit == 2 * 19_800
+    assert tab.cumulative == 25 * PRICE
+    await auth.aclose()
 
 
 async def test_payment_auth_pays_no_session_the_limits_refuse(

@@ -33,6 +33,13 @@ PAY_KIT_PROGRAMS = Path(__file__).parent / "pay_kit"
 FINALITY_TIMEOUT = 60.0
 
 
+@pytest.fixture(autouse=True)
+def validator_as_devnet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """svcpay's clients and services here (and the processes they start) take the local
+    validator for devnet, as the SDKs are told it is (docs/adr/0038)."""
+    monkeypatch.setenv("SVCPAY_LOCALNET_AS", SVCPAY_DEVNET)
+
+
 def sdk_environment(script: str) -> str:
     """The python of a foreign SDK's environment (scripts/sdk-env makes it once)."""
     done = subprocess.run(

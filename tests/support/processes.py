@@ -24,8 +24,13 @@ class Processes:
         self, name: str, argv: Sequence[str], ready: str, env: dict[str, str] | None = None
     ) -> str:
         """Runs `argv` and returns the URL in the line it prints when ready (`ready ...`)."""
-        # Not the caller's SVCPAY_* settings: only what each service is given.
-        inherited = {k: v for k, v in os.environ.items() if not k.startswith("SVCPAY_")}
+        # Not the caller's SVCPAY_* settings: only what each service is given, and what the
+        # suite's local validator stands in for (tests/conftest.py, docs/adr/0038).
+        inherited = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("SVCPAY_") or k == "SVCPAY_LOCALNET_AS"
+        }
         child = Child(name, argv, {**inherited, "PYTHONUNBUFFERED": "1", **(env or {})}, self.logs)
         self.children.append(child)
         try:

@@ -4,13 +4,16 @@ configuration as flags, so a newcomer sells an API with `svcpay` commands only.
 The flags mirror the module's SVCPAY_* variables: --pay-to, --mint, --plan (and
 --metered-plan, default --plan; --plan-mint when the plans are in another token),
 --facilitator, -k (the metered plan's billing authority) and -u (the RPC node); the
-facilitator's key is read from its `GET /supported`.
+facilitator's key is read from its `GET /supported`. The variables without a flag (the
+facilitator's API key, which session vouchers are redeemed with, the memo secret, ...:
+`resource_server.UNFLAGGED`) are read from the environment, as the module reads them.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from svcpay import stopping
 from svcpay.cli._common import (
@@ -23,17 +26,31 @@ from svcpay.cli._common import (
 )
 from svcpay.cli.facilitator import listen, port_arg
 
+if TYPE_CHECKING:
+    from svcpay.examples.resource_server import Settings
+
 NAME = "example"
 DEFAULT_FACILITATOR = "http://127.0.0.1:8402"
+ENVIRONMENT = """\
+environment (as python -m svcpay.examples.resource_server reads it):
+  SVCPAY_FACILITATOR_API_KEY  the provider's API key at --facilitator, which redeems the
+                              session vouchers served (without it they wait in --state-db)
+  SVCPAY_FACILITATOR_KEY      the facilitator's proof-signing key (default: its /supported)
+  SVCPAY_MEMO_SECRET          the key of the memos in 402 terms (default: random per run)
+  SVCPAY_OWNER                the wallet that owns --pay-to (default: read on chain)
+  SVCPAY_FEE_PAYER            x402's fee payer (default: the facilitator's key)"""
 
 
-def serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
+def settings_of(args: argparse.Namespace) -> Settings:
+    """The example's settings: the flags, and the environment for what has no flag
+    (SVCPAY_FACILITATOR_API_KEY, SVCPAY_MEMO_SECRET, ...); UsageError for a bad value."""
     from svcpay.examples import resource_server as example
 
-    load_signer(args)  # a missing keypair says how to make one
-    settings = example.Settings(
+    try:
+        unflagged = example.unflagged_from_env()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return example.Settings(
         facilitator_url=args.facilitator,
         pay_to=str(args.pay_to),
         mint=str(args.mint),
@@ -47,7 +64,17 @@ def serve(args: argparse.Namespace) -> int:
         plan_mint=str(args.plan_mint) if args.plan_mint else None,
         paywall_rpc_url=args.paywall_rpc_url,
         token_symbol=args.token_symbol,
+        **unflagged,
     )
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from svcpay.examples import resource_server as example
+
+    load_signer(args)  # a missing keypair says how to make one
+    settings = settings_of(args)
     try:
         app = example.create_app(settings)
     except ValueError as e:  # ConfigError, KeypairFileError: one line saying what to fix
@@ -82,6 +109,7 @@ def register(subparsers: Subparsers) -> None:
         "(subscribers of --plan) and POST /v1/process (metered on --metered-plan, whose "
         "billing authority is -k) behind svcpay's gate, paid through --facilitator. Prints "
         "one ready line, then runs until Ctrl-C.",
+        epilog=ENVIRONMENT,
     )
     p.add_argument(
         "--pay-to",
@@ -128,9 +156,9 @@ def register(subparsers: Subparsers) -> None:
     )
     p.add_argument(
         "--network",
-        default="solana-mainnet",
-        help="the network named in terms (default solana-mainnet, as the "
-        "facilitator's SVCPAY_NETWORK)",
+        default="",
+        help="the network named in terms (default: the cluster of the RPC node at --url; "
+        "another cluster stops the server)",
     )
     p.add_argument(
         "--state-db",

@@ -9,6 +9,7 @@ SVCPAY_DATABASE_URL, SVCPAY_FACILITATOR_KEYPAIR, SVCPAY_RPC_URL, ...); `--url` a
 from __future__ import annotations
 
 import argparse
+import asyncio
 import errno
 import json
 import logging
@@ -40,6 +41,7 @@ from svcpay.cli._common import (
 
 if TYPE_CHECKING:
     from svcpay.facilitator.config import FacilitatorConfig
+    from svcpay.rpc.cluster import Cluster
 
 NAME = "facilitator"
 NO_CHECK = "do not check --plan and --pay-to against the cluster at --url"
@@ -157,6 +159,7 @@ def serve(args: argparse.Namespace) -> int:
         service = Facilitator(cfg)
     app = create_app(service)
     sock = listen(args.host, args.port)
+    service.on_network(on_the_nodes_cluster(cfg).network)
     server = uvicorn.Server(
         uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level)
     )
@@ -170,6 +173,44 @@ def serve(args: argparse.Namespace) -> int:
 
     # Ctrl-C and SIGTERM are a normal way to stop a server: exit 0 (svcpay.stopping).
     return 0 if stopping.serve(server, ready, [sock]) else 1
+
+
+def on_the_nodes_cluster(cfg: FacilitatorConfig) -> FacilitatorConfig:
+    """`cfg` on the RPC node's cluster (docs/adr/0038): SVCPAY_NETWORK, when set, must name
+    it (else a one-line refusal); unset, it becomes the node's. A node that cannot be read
+    now leaves a set network unchecked (with a warning), and refuses an unset one."""
+    from svcpay.rpc import RpcSettings, connect
+    from svcpay.rpc.cluster import WrongCluster, canonical, cluster_of
+
+    async def read() -> Cluster:
+        rpc = connect(RpcSettings.parse(cfg.rpc_url, cfg.rpc_rate))
+        try:
+            return await cluster_of(rpc)
+        finally:
+            await rpc.close()
+
+    try:
+        cluster = asyncio.run(read())
+    except WrongCluster as e:
+        raise UsageError(str(e)) from None
+    except Exception as e:
+        if not cfg.network_from_node:
+            logging.getLogger("svcpay.facilitator").warning(
+                "cannot read the RPC node's cluster now (%s): serving %s unchecked",
+                str(e).splitlines()[0] if str(e) else type(e).__name__, cfg.network,
+            )  # fmt: skip
+            return cfg
+        raise UsageError(
+            f"cannot tell which cluster the RPC node is on ({type(e).__name__}: {e}): "
+            "start it, check --url, or set SVCPAY_NETWORK"
+        ) from None
+    if cfg.network_from_node:
+        return replace(cfg, network=cluster.network)
+    try:
+        cluster.require(cfg.network, "SVCPAY_NETWORK", "the RPC node at --url")
+    except WrongCluster as e:
+        raise UsageError(f"{e}: {cluster.hint(cfg.network)}") from None
+    return replace(cfg, network=canonical(cfg.network) or cfg.network)  # "devnet": ours
 
 
 def migrate_cmd(args: argparse.Namespace) -> int:

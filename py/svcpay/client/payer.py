@@ -67,10 +67,12 @@ from svcpay.protocol.errors import (
     PaymentError,
     PaymentRefused,
     SpendingLimitExceeded,
+    WrongNetwork,
 )
 from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
 from svcpay.protocol.mints import ChainMints, MintUnavailable
 from svcpay.protocol.models import PaymentOption, PaymentRequired, ProtocolError
+from svcpay.rpc.cluster import Cluster, cluster_of
 from svcpay.schemes.mpp_charge import client as charge_client
 from svcpay.schemes.session.client import SessionOffer, Tab, Tabs, tab_key
 from svcpay.schemes.svcpay_proof import client as proof_client
@@ -159,8 +161,10 @@ class PaymentAuth(httpx.Auth):
         subscriptions: planId -> subscription id the client holds; with `billing`, the
             client may also subscribe (the first period counts against the limits).
         networks: svcpay network names x402 payments may be made on; None: the cluster
-            `rpc` reaches (by its genesis hash), or any Solana network when that is a local
-            validator, which x402 terms present as mainnet, devnet or testnet.
+            `rpc` reaches (by its genesis hash). Every protocol's terms must name that
+            cluster: a 402 for another raises WrongNetwork, naming both (a local validator
+            is `solana-localnet`, or the public network SVCPAY_LOCALNET_AS presents it as;
+            docs/adr/0038).
         allowed_tokens: mints this client may pay in (None: any).
         sessions: pay MPP `session` offers on svc_billing with a session (on by default);
             session_deposit: what a new session escrows (default: the offer's suggested
@@ -181,6 +185,8 @@ class PaymentAuth(httpx.Auth):
         self.subscriptions = dict(subscriptions or {})
         self.billing, self.retries = billing, retries
         self.networks = None if networks is None else _network_names(networks)
+        self._networks_given = self.networks
+        self._cluster: Cluster | None = None
         self.allowed_tokens = None if allowed_tokens is None else frozenset(allowed_tokens)
         self.mints = ChainMints(rpc)  # one cache for every scheme's payments
         self.x402 = x402.ExactSvmClient(owner, rpc, mints=self.mints)
@@ -341,6 +347,7 @@ class PaymentAuth(httpx.Auth):
             self._check_origin(origin)
             offer = self._session_offer(response) if self.sessions else None
         if offer is not None:
+            await self._require_network(offer.network, "the server's session offer")
             self._known_offers[where] = offer
             for _ in range(2):  # a tab whose session ended is replaced once
                 tab = await self._tab(offer, origin) if offer is not None else None
@@ -382,6 +389,8 @@ class PaymentAuth(httpx.Auth):
             return  # no 402 this client speaks: hand it back unchanged
         for protocol in self.protocols:
             if protocol == "svcpay" and terms is not None:
+                for accepted in terms.accepts:
+                    await self._require_network(accepted.network, "the server's svcpay terms")
                 sub_id = await self._subscription_for(terms, origin)
                 if sub_id is not None:
                     request.headers[X_SVC_SUB] = sub_id
@@ -415,6 +424,10 @@ class PaymentAuth(httpx.Auth):
                     raise PaymentRefused(x402.refusal_reason(response))
                 return
             if protocol == "mpp" and charges:
+                cluster = await self._cluster_now()
+                if not any(cluster.serves(c.network) for c in charges):
+                    await self._require_network(charges[0].network, "the server's MPP charge")
+                charges = [c for c in charges if cluster.serves(c.network)]
                 request.headers["authorization"] = await self._pay_mpp(charges, origin)
                 response = yield request
                 if response.status_code == 402:
@@ -482,7 +495,10 @@ class PaymentAuth(httpx.Auth):
                 deposit=deposit, price=offer.amount, expires_at=now + self.session_secs,
                 dispute_secs=max(offer.min_dispute_secs, 60), signer=key_pair.pubkey(),
             )  # fmt: skip
-            tab = Tab(channel, key_pair, deposit)
+            # A transfer-fee mint withholds part of the deposit: vouchers may reach what
+            # the vault received (the session's deposit), not what left the wallet.
+            state = await sessions.fetch(channel)
+            tab = Tab(channel, key_pair, state.deposit if state is not None else deposit)
             self.tabs.put(key, tab)
             return tab
 
@@ -507,8 +523,10 @@ class PaymentAuth(httpx.Auth):
             return False
 
         async def top_up_and_keep() -> None:
-            await self._sessions_client().top_up(tab.channel, self.owner, amount)
-            tab.deposit += amount
+            sessions = self._sessions_client()
+            await sessions.top_up(tab.channel, self.owner, amount)
+            state = await sessions.fetch(tab.channel)  # net of a fee mint's fee, as at open
+            tab.deposit = state.deposit if state is not None else tab.deposit + amount
             self.tabs.put(tab_key(offer), tab)
 
         try:
@@ -652,6 +670,12 @@ class PaymentAuth(httpx.Auth):
         usable = x402.solana_options(required, networks)
         if not usable:
             offered = ", ".join(sorted({f"{o.scheme} on {o.network}" for o in required.accepts}))
+            if self.networks_from_node:
+                cluster = await self._cluster_now()
+                raise WrongNetwork(
+                    f"the server asks for x402 payment ({offered or 'nothing'}), but the RPC "
+                    f"node is {cluster.describe()}"
+                )
             raise NoAcceptableOption(
                 f"the server offers no x402 exact payment on {', '.join(sorted(networks))} "
                 f"(it offers {offered or 'nothing'})"
@@ -698,11 +722,26 @@ class PaymentAuth(httpx.Auth):
                 self._release(entry)
             raise PaymentError(f"cannot pay the server's MPP charge: {e}") from e
 
+    @property
+    def networks_from_node(self) -> bool:
+        return self._networks_given is None
+
+    async def _cluster_now(self) -> Cluster:
+        """The cluster the RPC node is on (one getGenesisHash, then cached)."""
+        if self._cluster is None:
+            self._cluster = await cluster_of(self.rpc)
+        return self._cluster
+
+    async def _require_network(self, network: str, what: str) -> None:
+        """Raises WrongNetwork, naming both, unless `network` is the RPC node's cluster."""
+        cluster = await self._cluster_now()
+        if not cluster.serves(network):
+            raise WrongNetwork(f"{what} is on {network}, but the RPC node is {cluster.describe()}")
+
     async def _x402_networks(self) -> frozenset[str]:
         if self.networks is None:
-            genesis = str((await self.rpc.get_genesis_hash()).value)
-            known = svcpay_network(f"solana:{genesis[:32]}")
-            self.networks = frozenset([known] if known else CAIP2)
+            cluster = await self._cluster_now()
+            self.networks = frozenset(n for n in (cluster.name, cluster.presented_as) if n)
         return self.networks
 
 

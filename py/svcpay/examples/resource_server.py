@@ -13,7 +13,8 @@ Run it with `python -m svcpay.examples.resource_server --port 8000`; it prints o
 when it is ready. Configuration comes from the environment:
 
     SVCPAY_RPC_URL             the cluster's JSON-RPC URL (default http://127.0.0.1:8899)
-    SVCPAY_NETWORK             the network named in terms and proofs (default solana-mainnet)
+    SVCPAY_NETWORK             the network named in terms and proofs (default: the RPC
+                               node's cluster; another cluster stops it: docs/adr/0038)
     SVCPAY_TOKEN_SYMBOL        what the browser paywall calls SVCPAY_MINT when it is no
                                stablecoin it knows by address (the demo's USDC: "USDC")
     SVCPAY_PAYWALL_RPC_URL     the JSON-RPC URL a payer's browser reaches, for the paywall's
@@ -70,9 +71,9 @@ import os
 import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import httpx
 import uvicorn
@@ -92,12 +93,15 @@ from svcpay.keys import load_keypair
 from svcpay.program.client import BillingClient
 from svcpay.program.generated.accounts.plan import Plan
 from svcpay.program.generated.program_id import PROGRAM_ID
-from svcpay.protocol.headers import NETWORK_MAINNET, SCHEME_EXACT, X_PAYMENT, X_SVC_SUB
+from svcpay.protocol import token2022
+from svcpay.protocol.headers import SCHEME_EXACT, X_PAYMENT, X_SVC_SUB
 from svcpay.protocol.memo import Memos
+from svcpay.protocol.mints import ChainMints
 from svcpay.protocol.models import ProtocolError
 from svcpay.protocol.programs import TOKEN_PROGRAMS
 from svcpay.protocol.proof import parse_payment_proof
 from svcpay.protocol.replay import SqliteReplayStore
+from svcpay.rpc.cluster import Cluster, WrongCluster, canonical
 from svcpay.schemes.session.ledger import SqliteVoucherLedger
 from svcpay.schemes.session.reporter import VoucherReporter
 from svcpay.schemes.x402_exact.facilitator_client import X402FacilitatorClient
@@ -138,7 +142,7 @@ class Settings:
     metered_plan: str
     billing_authority: Path
     rpc_url: str = "http://127.0.0.1:8899"
-    network: str = NETWORK_MAINNET
+    network: str = ""  # "": the RPC node's cluster, read at start (docs/adr/0038)
     facilitator_key: str | None = None
     state_db: Path = Path("resource-server.db")
     memo_secret: bytes | None = None
@@ -158,9 +162,6 @@ class Settings:
         for name in ADDRESSES:
             if env.get(name):
                 _address(env[name], name)
-        secret = env.get("SVCPAY_MEMO_SECRET")
-        if secret is not None and len(secret.encode()) < 16:
-            raise ConfigError("SVCPAY_MEMO_SECRET must be at least 16 bytes")
         return cls(
             facilitator_url=env["SVCPAY_FACILITATOR_URL"],
             pay_to=env["SVCPAY_PAY_TO"],
@@ -170,17 +171,44 @@ class Settings:
             billing_authority=Path(env["SVCPAY_BILLING_AUTHORITY"]),
             rpc_url=env.get("SVCPAY_RPC_URL") or cls.rpc_url,
             network=env.get("SVCPAY_NETWORK") or cls.network,
-            facilitator_key=env.get("SVCPAY_FACILITATOR_KEY") or None,
             state_db=Path(env.get("SVCPAY_STATE_DB") or cls.state_db),
-            memo_secret=secret.encode() if secret is not None else None,
             x402=(env.get("SVCPAY_X402") or "on").lower() not in ("off", "0", "false", "no"),
-            owner=env.get("SVCPAY_OWNER") or None,
-            fee_payer=env.get("SVCPAY_FEE_PAYER") or None,
-            facilitator_api_key=env.get("SVCPAY_FACILITATOR_API_KEY") or None,
             plan_mint=env.get("SVCPAY_PLAN_MINT") or None,
             paywall_rpc_url=env.get("SVCPAY_PAYWALL_RPC_URL") or None,
             token_symbol=env.get("SVCPAY_TOKEN_SYMBOL") or None,
+            **unflagged_from_env(env),
         )
+
+
+# The variables `svcpay example serve` has no flag for: it reads them from the environment,
+# through `unflagged_from_env`, as `Settings.from_env` does.
+UNFLAGGED = (
+    "SVCPAY_FACILITATOR_API_KEY",
+    "SVCPAY_FACILITATOR_KEY",
+    "SVCPAY_MEMO_SECRET",
+    "SVCPAY_OWNER",
+    "SVCPAY_FEE_PAYER",
+)
+
+
+def unflagged_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The settings of the UNFLAGGED variables, as `Settings` arguments: the facilitator's
+    API key and proof-signing key, the memo secret, the owner and the fee payer (None when
+    unset, as the defaults are); ConfigError for a bad value."""
+    env = os.environ if env is None else env
+    for name in ("SVCPAY_FACILITATOR_KEY", "SVCPAY_OWNER", "SVCPAY_FEE_PAYER"):
+        if env.get(name):
+            _address(env[name], name)
+    secret = env.get("SVCPAY_MEMO_SECRET")
+    if secret is not None and len(secret.encode()) < 16:
+        raise ConfigError("SVCPAY_MEMO_SECRET must be at least 16 bytes")
+    return {
+        "facilitator_api_key": env.get("SVCPAY_FACILITATOR_API_KEY") or None,
+        "facilitator_key": env.get("SVCPAY_FACILITATOR_KEY") or None,
+        "memo_secret": secret.encode() if secret is not None else None,
+        "owner": env.get("SVCPAY_OWNER") or None,
+        "fee_payer": env.get("SVCPAY_FEE_PAYER") or None,
+    }
 
 
 # -- the API: handlers run only for requests the gate let through ---------------------------
@@ -230,10 +258,14 @@ async def process(x_svc_sub: SubscriptionHeader, doc: Document | None = None) ->
 
 
 def create_app(settings: Settings) -> FastAPI:
-    """The API behind the gate. Reads the plans (and, unless configured, the facilitator's
-    key) at once; the usage meter runs with the app and is flushed when it stops."""
+    """The API behind the gate. Reads the mint, the plans (and, unless configured, the
+    facilitator's key) at once, and builds the gate then too, so a configuration it cannot
+    serve stops it with a ConfigError before it serves; the usage meter runs with the app
+    and is flushed when it stops."""
     authority = load_keypair(settings.billing_authority)
+    settings = replace(settings, network=on_the_nodes_cluster(settings))
     facilitator_key = settings.facilitator_key or fetch_facilitator_key(settings)
+    check_mint(settings)
     subscription = plan_pricing(settings, settings.subscription_plan)
     metered = plan_pricing(settings, settings.metered_plan, PROCESS_PRICE, authority.pubkey())
     owner = (settings.owner or token_account_owner(settings)) if settings.x402 else None
@@ -307,7 +339,15 @@ def create_app(settings: Settings) -> FastAPI:
         x402_facilitator=x402,
         sessions=sessions,
         paywall=paywall_of(settings),
+        # A Token-2022 mint (its transfer fee, its hook) is read as payments meet it.
+        mints=ChainMints(billing.rpc),
     )
+    # Starlette builds the middleware on the first request or lifespan event, where a
+    # ValueError would answer every request with a 500: build it now instead.
+    try:
+        app.middleware_stack = app.build_middleware_stack()
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
     return app
 
 
@@ -328,7 +368,9 @@ def paywall_of(settings: Settings) -> Paywall:
 # -- startup reads and checks -------------------------------------------------------------
 def fetch_facilitator_key(settings: Settings, http: httpx.Client | None = None) -> str:
     """The facilitator's proof-signing key, from its `GET /supported` (which must list
-    `exact` payments on the configured network, in x402's CAIP-2 or svcpay's name)."""
+    `exact` payments on the configured network, in x402's CAIP-2 or svcpay's name; unset:
+    the RPC node's cluster)."""
+    network = settings.network or on_the_nodes_cluster(settings)
     url = settings.facilitator_url.rstrip("/") + "/supported"
     client = http or httpx.Client(timeout=10)
     try:
@@ -346,11 +388,47 @@ def fetch_facilitator_key(settings: Settings, http: httpx.Client | None = None) 
         isinstance(k, dict)
         and k.get("scheme") == SCHEME_EXACT
         and isinstance(k.get("network"), str)
-        and (svcpay_network(k["network"]) or k["network"]) == settings.network
+        and (svcpay_network(k["network"]) or k["network"]) == network
         for k in (kinds if isinstance(kinds, list) else [])
     ):
-        raise ConfigError(f"the facilitator at {url} does not settle on {settings.network}")
+        raise ConfigError(f"the facilitator at {url} does not settle on {network}")
     return _address(body["facilitatorKey"], f"{url} facilitatorKey")
+
+
+def on_the_nodes_cluster(settings: Settings) -> str:
+    """The network the terms name: SVCPAY_NETWORK if the RPC node serves it (else a
+    ConfigError naming both), the node's cluster when it is unset (svcpay.rpc.cluster)."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "getGenesisHash"}
+    try:
+        reply = httpx.post(settings.rpc_url, json=body, timeout=10)
+        reply.raise_for_status()
+        cluster = Cluster.of(str(reply.json()["result"]))
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"cannot read the genesis hash of {settings.rpc_url}: {e}") from e
+    if not settings.network:
+        return cluster.network
+    try:
+        cluster.require(settings.network, "SVCPAY_NETWORK (--network)", settings.rpc_url)
+    except WrongCluster as e:
+        raise ConfigError(f"{e}: {cluster.hint(settings.network)}") from None
+    return canonical(settings.network) or settings.network
+
+
+def check_mint(settings: Settings) -> None:
+    """Checks that SVCPAY_MINT is a mint (SPL Token or Token-2022) of 6 decimals, as the
+    prices assume."""
+    info = read_account(settings.rpc_url, _address(settings.mint, "SVCPAY_MINT"))
+    try:
+        mint = token2022.mint_info(info.owner, bytes(info.data)) if info is not None else None
+    except ValueError:
+        mint = None
+    if mint is None:
+        raise ConfigError(f"SVCPAY_MINT {settings.mint} is not a token mint on {settings.rpc_url}")
+    if mint.decimals != DECIMALS:
+        raise ConfigError(
+            f"SVCPAY_MINT {settings.mint} has {mint.decimals} decimals: the example's prices "
+            f"are for a mint of {DECIMALS}"
+        )
 
 
 def token_account_owner(settings: Settings) -> str:

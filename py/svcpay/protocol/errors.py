@@ -30,6 +30,11 @@ class NoAcceptableOption(PaymentError):
     only, or no facilitator to settle through)."""
 
 
+class WrongNetwork(NoAcceptableOption):
+    """The 402 asks for payment on another cluster than the one the client's RPC node is on
+    (docs/adr/0038); nothing was paid."""
+
+
 class PaymentRefused(PaymentError):
     """An x402 server answered the paid request with 402 again; `reason` is what it said."""
 

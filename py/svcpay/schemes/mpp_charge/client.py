@@ -64,6 +64,7 @@ class ChargeOffer:
     fee_payer: str | None  # the server's key (pull), None (push)
     external_id: str | None
     recent_blockhash: str | None
+    network: str = "mainnet"  # methodDetails.network (the draft's default)
 
     @property
     def pull(self) -> bool:
@@ -119,6 +120,7 @@ def read(challenge: mpp.Challenge) -> ChargeOffer:
         fee_payer=str(fee_payer) if fee_payer else None,
         external_id=request.get("externalId"),
         recent_blockhash=details.get("recentBlockhash"),
+        network=network,
     )
 
 

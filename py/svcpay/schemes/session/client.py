@@ -36,6 +36,7 @@ class SessionOffer:
     program: Pubkey  # svc_billing
     suggested_deposit: int
     min_dispute_secs: int
+    network: str = "mainnet"  # methodDetails.network (MPP's default)
 
     @classmethod
     def parse(cls, challenge: mpp.Challenge) -> SessionOffer | None:
@@ -53,6 +54,7 @@ class SessionOffer:
                 Pubkey.from_string(details["channelProgram"]),
                 int(request.get("suggestedDeposit") or 0),
                 int(details.get("minDisputeSeconds", 0)),
+                str(details.get("network", "mainnet")),
             )
         except (mpp.MppError, KeyError, TypeError, ValueError):
             return None

@@ -29,17 +29,20 @@ SCHEME = "exact"
 
 # -- networks --------------------------------------------------------------------------------
 # svcpay's names -> CAIP-2 (namespace "solana", reference = the genesis hash's first 32 chars)
-# and x402 v1's names. A local validator is presented as one of these (the x402 SDK accepts
-# no other Solana ids): configure the gate and the facilitator with that network's name.
+# and x402 v1's names. A local validator is its own network, `solana:localnet` (its genesis
+# hash changes with every ledger); the x402 SDKs accept no such id, so for them it is
+# presented as a public one (SVCPAY_LOCALNET_AS; svcpay.rpc.cluster, docs/adr/0038).
 CAIP2 = {
     "solana-mainnet": "solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp",
     "solana-devnet": "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1",
     "solana-testnet": "solana:4uhcVJyU9pJkvQyS88uRDiswHXSCkY3z",
+    "solana-localnet": "solana:localnet",
 }
 V1_NETWORK = {
     "solana-mainnet": "solana",
     "solana-devnet": "solana-devnet",
     "solana-testnet": "solana-testnet",
+    "solana-localnet": "solana-localnet",
 }
 _FROM_CAIP2 = {v: k for k, v in CAIP2.items()}
 _FROM_V1 = {v: k for k, v in V1_NETWORK.items()}

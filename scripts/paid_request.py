@@ -57,7 +57,8 @@ async def paid_request(url: str) -> str:
         gate = payment_gate(
             api,
             pricing={"/v1/resource": [Subscription(str(plan), 10 * USDC, 30 * DAY)]},
-            terms=Terms(pay_to=str(destination), token=str(mint)),
+            # The drop-in is its own network (docs/adr/0038): the client checks the terms.
+            terms=Terms(pay_to=str(destination), token=str(mint), network="solana-localnet"),
             memos=Memos(os.urandom(32)),
             trusted_facilitators=set(),
             replay=MemoryReplayStore(),

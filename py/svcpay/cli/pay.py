@@ -291,7 +291,8 @@ async def _pay_with(
             response = await request.send(auth, fac.base_url)
         except SpendingLimitExceeded as e:
             raise _over_limit(e, limit, decimals[first_token]) from None
-    return _report(args, request.method, response, _payment(response, held, decimals))
+    payment = _with_cost(_payment(response, held, decimals), auth, decimals)
+    return _report(args, request.method, response, payment)
 
 
 def _confirm_subscription(args: argparse.Namespace, option: PaymentOption, decimals: int) -> None:
@@ -378,6 +379,7 @@ async def _pay_mpp(
                 "transaction": receipt.reference,
                 "receipt": {"status": receipt.status, "method": receipt.method, **receipt.extra},
             }
+    payment = _with_cost(payment, auth, {asset: mint.decimals})
     return _report(request.args, request.method, response, payment)
 
 
@@ -500,18 +502,49 @@ def _payment(
     return None
 
 
+def _with_cost(
+    payment: dict[str, Any] | None, auth: PaymentAuth, decimals: dict[str, int]
+) -> dict[str, Any] | None:
+    """`payment` with what left the wallet (`sent`) and, when a Token-2022 transfer-fee mint
+    withheld part of it, the `fee`: the payee receives `amount`, the wallet paid more."""
+    if payment is None or payment["kind"] not in ("one-time", "mpp"):
+        return payment
+    sent = auth.spent_today()
+    if sent <= int(payment["amount"]):
+        return payment
+    places = decimals.get(payment["token"], 0)
+    fee = sent - int(payment["amount"])
+    return {
+        **payment,
+        "sent": sent,
+        "sentDecimal": format_units(sent, places),
+        "fee": fee,
+        "feeDecimal": format_units(fee, places),
+    }
+
+
+def _paid(payment: dict[str, Any]) -> str:
+    """`paid X`: what left the wallet, with the fee a transfer-fee mint withheld of it."""
+    if "sent" not in payment:
+        return f"paid {payment['amountDecimal']}"
+    return (
+        f"paid {payment['sentDecimal']} (the payee receives {payment['amountDecimal']}; the "
+        f"mint withheld a fee of {payment['feeDecimal']})"
+    )
+
+
 def _payment_line(payment: dict[str, Any] | None) -> str:
     if payment is None:
         return "no payment"
     if payment["kind"] in ("one-time", "x402"):
         how = "once" if payment["kind"] == "one-time" else f"with x402 v{payment['x402Version']}"
         return (
-            f"paid {payment['amountDecimal']} {how} ({payment['amount']} base units of "
+            f"{_paid(payment)} {how} ({payment['amount']} base units of "
             f"{payment['token']} to {payment['payTo']}), transaction {payment['transaction']}"
         )
     if payment["kind"] == "mpp":
         return (
-            f"paid {payment['amountDecimal']} with an MPP charge ({payment['amount']} base "
+            f"{_paid(payment)} with an MPP charge ({payment['amount']} base "
             f"units of {payment['token']} to {payment['recipient']}), transaction "
             f"{payment['transaction']}"
         )

@@ -182,6 +182,7 @@ class Facilitator:
     async def aclose(self) -> None:
         await self.deliverer.aclose()
         await self.settler.lander.aclose()  # a flight left is recovered after a restart
+        await self.billing.lander.aclose()  # renewals and redeems: retried by the next pass
         await self.rpc.close()
         await self.store.close()
 

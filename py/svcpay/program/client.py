@@ -131,6 +131,7 @@ class BillingClient:
         return cls(connect(url))
 
     async def close(self) -> None:
+        await self.lander.aclose()
         await self.rpc.close()
 
     async def send(self, ixs: list[Instruction], signers: list[Keypair]) -> Receipt:

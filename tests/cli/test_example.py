@@ -105,7 +105,8 @@ def test_a_transfer_fee_mint_is_served_and_the_api_key_read_from_the_environment
     assert left > USDC // 2  # the price, and its fee
     # What left the wallet is what `svcpay pay` says it paid, with the fee named.
     sent, fee = left / USDC, (left - USDC // 2) / USDC
-    assert f"paid {sent:g} (the payee receives 0.50; the mint withheld a fee of {fee:g})" in paid.out
+    said = f"paid {sent:g} (the payee receives 0.50; the mint withheld a fee of {fee:g})"
+    assert said in paid.out, paid.out
     assert "SVCPAY_FACILITATOR_API_KEY is not set" not in err[0], err[0]
 
 

@@ -141,20 +141,27 @@ class BillingClient:
     async def sign(self, ixs: list[Instruction], signers: list[Keypair]) -> VersionedTransaction:
         """A signed transaction of `ixs` under a recent blockhash (valid about a minute).
         The same message under the same blockhash is the same transaction, which a cluster
-        drops as a duplicate: a deliberate repeat waits for the next blockhash."""
+        drops as a duplicate: a deliberate repeat waits for the next blockhash, whether this
+        client or another process (the CLI run twice) sent the first."""
         ixs = await self.budgeted(ixs, signers[0].pubkey())
         while True:
             latest = (await self.rpc.get_latest_blockhash(Confirmed)).value
             msg = MessageV0.try_compile(signers[0].pubkey(), ixs, [], latest.blockhash)
-            if bytes(msg) not in self._sent:
+            tx = VersionedTransaction(msg, signers)
+            if bytes(msg) not in self._sent and not await self._known(tx.signatures[0]):
                 self._sent.append(bytes(msg))
-                tx = VersionedTransaction(msg, signers)
                 if len(self._valid_until) > 4096:  # the oldest are long expired
                     for key in list(self._valid_until)[:2048]:
                         del self._valid_until[key]
                 self._valid_until[str(tx.signatures[0])] = latest.last_valid_block_height
                 return tx
             await asyncio.sleep(0.1)
+
+    async def _known(self, signature: Signature) -> bool:
+        """Whether the cluster already holds `signature`: the same intent sent before under
+        this blockhash, whose outcome would be taken for this one's."""
+        found = (await self.rpc.get_signature_statuses([signature])).value
+        return bool(found) and found[0] is not None
 
     @property
     def budget_bytes(self) -> int:

@@ -16,7 +16,7 @@ from svcpay.gate.pricing import Terms
 from svcpay.program.client import BillingClient
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.replay import MemoryReplayStore
-from tests.support.billing import DAY, USDC
+from tests.support.billing import DAY, USDC, subscribed
 from tests.support.chain import Chain
 
 pytestmark = pytest.mark.anyio
@@ -38,16 +38,9 @@ async def raises(request: Request) -> JSONResponse:
 async def setup(chain: Chain, client: BillingClient) -> tuple[httpx.AsyncClient, str, Keypair, str]:
     """A provider with a plan, a gate for it (ttl 0: every request reads the chain), and a
     subscriber with a 1 USDC metered allowance. Returns (http, plan, subscriber, sub_id)."""
-    provider, facilitator = chain.funded_keypair(), chain.funded_keypair()
-    mint = chain.create_mint()
-    destination = chain.token_account(provider.pubkey(), mint)
-    plan = await client.create_plan(
-        provider, plan_id=1, mint=mint, destination=destination,
-        billing_authority=facilitator.pubkey(), amount=10 * USDC, period_secs=PERIOD,
-    )  # fmt: skip
-    subscriber = chain.funded_keypair()
-    chain.token_account(subscriber.pubkey(), mint, 50 * USDC)
-    sub_id = await client.subscribe(plan, subscriber, max_overage=USDC)
+    world = await subscribed(chain, client, amount=10 * USDC, period=PERIOD, overage=USDC)
+    plan, destination, mint, facilitator = world.plan, world.destination, world.mint, world.biller
+    subscriber, sub_id = world.subscriber, world.subscription
     gate = payment_gate(
         Starlette(
             routes=[

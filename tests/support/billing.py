@@ -16,6 +16,7 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from svcpay.program import instructions, pda
+from svcpay.program.client import BillingClient
 from svcpay.program.generated.accounts.plan import Plan as PlanAccount
 from svcpay.program.generated.accounts.subscription import Subscription as SubscriptionAccount
 from svcpay.protocol.programs import TOKEN_2022_PROGRAM, TOKEN_PROGRAM
@@ -207,3 +208,33 @@ class Billing:
     ) -> TxResult:
         ix = subscribe_ix(plan, subscriber, max_overage, previous_allowance)
         return self.chain.send([ix], [subscriber.keypair])
+
+
+@dataclass
+class Subscribed:
+    """A plan on chain billed by `biller`, and one subscriber to it (with an allowance)."""
+
+    plan: Pubkey
+    mint: Pubkey
+    destination: Pubkey
+    biller: Keypair
+    subscriber: Keypair
+    subscription: Pubkey
+
+
+async def subscribed(
+    chain: Chain, client: BillingClient, *, amount: int, period: int, overage: int, plan_id: int = 1
+) -> Subscribed:
+    """A provider's plan (`amount` a `period`) in a new mint, and a subscriber holding 50
+    periods' worth, subscribed through `client` with `overage` of metered allowance."""
+    provider, biller = chain.funded_keypair(), chain.funded_keypair()
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    plan = await client.create_plan(
+        provider, plan_id=plan_id, mint=mint, destination=destination,
+        billing_authority=biller.pubkey(), amount=amount, period_secs=period,
+    )  # fmt: skip
+    subscriber = chain.funded_keypair()
+    chain.token_account(subscriber.pubkey(), mint, 50 * USDC)
+    sub_id = await client.subscribe(plan, subscriber, max_overage=overage)
+    return Subscribed(plan, mint, destination, biller, subscriber, sub_id)

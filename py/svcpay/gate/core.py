@@ -79,14 +79,7 @@ class GateCore:
 
     def __post_init__(self) -> None:
         entries = [e for p in self.routes.values() for e in p]
-        subscription = any(isinstance(e, Subscription) for e in entries)
-        if subscription and self.subscriptions is None:
-            raise ValueError("subscription pricing needs a `subscriptions` source")
-        metered = any(isinstance(e, Subscription) and e.metered for e in entries)
-        if metered and self.meter is None:
-            raise ValueError("metered pricing needs a `meter`")
-        if any(isinstance(e, Session) for e in entries) and self.sessions is None:
-            raise ValueError("session pricing needs `sessions` (a SessionScheme)")
+        self._check_sources(entries)
         # Longest prefix first, so "/v1/data/x" prefers "/v1/data" over "/v1".
         self._prefixes = sorted(self.routes.items(), key=lambda kv: len(kv[0]), reverse=True)
         wanted = SCHEMES if self.schemes is None else tuple(self.schemes)
@@ -150,10 +143,8 @@ class GateCore:
             scheme for name in SCHEMES if name in wanted and (scheme := available[name])
         ]
         self._checked = sorted({h for s in self.registered for h in s.headers})
-        if subscription and self.subscribed not in self.registered:
-            raise ValueError("subscription pricing needs the subscription scheme")
-        if any(isinstance(e, Session) for e in entries) and "mpp" not in wanted:
-            raise ValueError("session pricing needs the mpp scheme")
+        self._wanted = wanted
+        self.check_pricing(entries)
         if self.paywall is None:
             self.paywall = Paywall()
         on = {id(scheme) for scheme in self.registered}
@@ -177,6 +168,27 @@ class GateCore:
             if under(path, prefix):
                 return pricing
         return None
+
+    def check_pricing(self, entries: Sequence[PricingEntry]) -> None:
+        """ValueError when this gate cannot serve one of `entries`: no source (a
+        subscription without `subscriptions`, metering without a `meter`, a session without
+        `sessions`), or its scheme turned off."""
+        self._check_sources(entries)
+        if any(isinstance(e, Subscription) for e in entries) and (
+            self.subscribed not in self.registered
+        ):
+            raise ValueError("subscription pricing needs the subscription scheme")
+        if any(isinstance(e, Session) for e in entries) and "mpp" not in self._wanted:
+            raise ValueError("session pricing needs the mpp scheme")
+
+    def _check_sources(self, entries: Sequence[PricingEntry]) -> None:
+        if any(isinstance(e, Subscription) for e in entries) and self.subscriptions is None:
+            raise ValueError("subscription pricing needs a `subscriptions` source")
+        metered = any(isinstance(e, Subscription) and e.metered for e in entries)
+        if metered and self.meter is None:
+            raise ValueError("metered pricing needs a `meter`")
+        if any(isinstance(e, Session) for e in entries) and self.sessions is None:
+            raise ValueError("session pricing needs `sessions` (a SessionScheme)")
 
     async def decide(self, request: Request, pricing: list[PricingEntry]) -> Reply | Admit:
         """Admit or answer a request to a gated path the app serves: the first registered

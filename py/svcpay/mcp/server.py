@@ -34,7 +34,7 @@ from svcpay.gate.paywall import Paywall
 from svcpay.mcp import wire
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.mints import MintReader
-from svcpay.protocol.pricing import PricingEntry, Session, Subscription, Terms
+from svcpay.protocol.pricing import OneTime, PricingEntry, Session, Subscription, Terms
 from svcpay.protocol.replay import ReplayStore
 from svcpay.protocol.verify import RemoteVerifier
 from svcpay.schemes.decision import Admit, RawHeaders, Reply, Request
@@ -53,6 +53,8 @@ log = logging.getLogger("svcpay.mcp")
 F = TypeVar("F", bound=Callable[..., Any])
 Answer = Literal["auto", "x402", "mpp"]
 CallNext = Callable[[Any], Awaitable[Any]]
+PriceOf = Callable[[Mapping[str, Any]], "PricingEntry | Sequence[PricingEntry] | None"]
+"""A tool's price from its arguments: entries, or None (or nothing) for a free call."""
 
 
 def tool_path(name: str) -> str:
@@ -109,13 +111,21 @@ class PaidTools:
             paywall=Paywall(enabled=False),
         )
         self.prices: dict[str, list[PricingEntry]] = {}
+        self.priced_by: dict[str, PriceOf] = {}
         self.core = GateCore(routes={}, **self._options)
         if server is not None:
             server.middleware.append(self)
 
-    def price(self, tool: str, *entries: PricingEntry) -> None:
+    def price(self, tool: str, *entries: PricingEntry, by: PriceOf | None = None) -> None:
         """Prices the tool named `tool` (however it was registered). ValueError when the
-        gate cannot take the pricing (as `payment_gate` at start)."""
+        gate cannot take the pricing (as `payment_gate` at start). `by` prices each call
+        from its arguments instead: a payment made for one call's price pays no call that
+        costs more (the amount is the price's), and `entries` are then the kinds `by` may
+        answer, checked now (optional)."""
+        if by is not None:
+            self.core.check_pricing(entries)
+            self.priced_by = {**self.priced_by, tool: by}
+            return
         if not entries:
             raise ValueError(f"no pricing for the tool {tool!r}")
         prices = {**self.prices, tool: list(entries)}
@@ -125,15 +135,19 @@ class PaidTools:
         self.prices = prices
 
     def tool(
-        self, *entries: PricingEntry, name: str | None = None, **tool: Any
+        self,
+        *entries: PricingEntry,
+        name: str | None = None,
+        by: PriceOf | None = None,
+        **tool: Any,
     ) -> Callable[[F], F]:
         """A decorator registering a function as a tool of the server (`server.tool(name,
-        **tool)`) priced with `entries`."""
+        **tool)`) priced with `entries`, or per call by `by` (see `price`)."""
         if self.server is None:
             raise ValueError("PaidTools.tool needs the server: PaidTools(server, ...)")
 
         def decorator(fn: F) -> F:
-            self.price(name or fn.__name__, *entries)
+            self.price(name or fn.__name__, *entries, by=by)
             registered: F = self.server.tool(name=name, **tool)(fn)
             return registered
 
@@ -148,9 +162,34 @@ class PaidTools:
         if method != "tools/call" or not isinstance(params, Mapping):
             return await call_next(ctx)
         name = params.get("name")
-        if not isinstance(name, str) or (pricing := self.prices.get(name)) is None:
+        if not isinstance(name, str):
+            return await call_next(ctx)
+        pricing = self._pricing(name, params.get("arguments"))
+        if isinstance(pricing, dict):  # a problem
+            return pricing
+        if not pricing:  # not priced, or these arguments cost nothing
             return await call_next(ctx)
         return await self.call(name, pricing, params.get("_meta"), ctx, call_next)
+
+    def _pricing(self, name: str, arguments: object) -> list[PricingEntry] | dict[str, Any]:
+        """The entries pricing a call of `name` with `arguments` ([]: free), or a problem
+        result when its price function refuses them (400) or fails (500)."""
+        if (by := self.priced_by.get(name)) is None:
+            return self.prices.get(name, [])
+        try:
+            priced = by(arguments if isinstance(arguments, Mapping) else {})
+        except ValueError as e:  # arguments the tool's price refuses
+            return _problem(400, "InvalidArguments", str(e))
+        except Exception as e:
+            log.exception("pricing a call of %s failed", name)
+            return _problem(500, "PricingFailed", f"the call could not be priced: {e}")
+        pricing = _entries(priced)
+        try:
+            self.core.check_pricing(pricing)
+        except ValueError as e:  # the provider's pricing, not the caller's arguments
+            log.error("a call of %s was priced with %r: %s", name, pricing, e)
+            return _problem(500, "PricingFailed", f"the call could not be priced: {e}")
+        return pricing
 
     async def call(
         self,
@@ -252,6 +291,14 @@ class PaidTools:
         ):
             intents.add("subscription")
         return intents
+
+
+def _entries(priced: PricingEntry | Sequence[PricingEntry] | None) -> list[PricingEntry]:
+    if priced is None:
+        return []
+    if isinstance(priced, OneTime | Subscription | Session):
+        return [priced]
+    return list(priced)
 
 
 def _declares_mpp(ctx: Any) -> bool:

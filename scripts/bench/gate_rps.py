@@ -197,10 +197,13 @@ class InstantFacilitator:
         return SettleResponse(success=True, transaction="1" * 64, network=requirements["network"])
 
 
-def x402_headers(gate: Any, terms: Terms, memos: Memos, n: int) -> list[bytes]:
-    """n distinct PAYMENT-SIGNATURE values for GET /paid, built as an x402 client builds them."""
+def x402_headers(
+    gate: Any, terms: Terms, memos: Memos, n: int, subject: str = "GET /paid"
+) -> list[bytes]:
+    """n distinct PAYMENT-SIGNATURE values for `subject` (its memo's "METHOD path"), built as
+    an x402 client builds them."""
     assert terms.owner and terms.fee_payer
-    memo = memos.issue(MemoTerms("GET /paid", "500000", terms.pay_to, terms.token))
+    memo = memos.issue(MemoTerms(subject, "500000", terms.pay_to, terms.token))
     required = gate.core.x402.requirements(OneTime(500_000), memo)
     payer, mint = Keypair(), Pubkey.from_string(terms.token)
     transfer = transfer_checked(

@@ -7,11 +7,14 @@ out. `PayingSession` keeps the session and the subscription across calls."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 from solders.keypair import Keypair
+from solders.pubkey import Pubkey
 
 from svcpay.client import PaymentAuth
 from svcpay.gate import Session, Subscription
@@ -48,7 +51,19 @@ def server_with(paid_options: dict[str, object], terms: Terms) -> tuple[MCPServe
     return server, paid
 
 
-async def test_a_session_pays_each_call_with_a_voucher(chain: Chain, client: BillingClient) -> None:
+@dataclass
+class SessionShop:
+    server: MCPServer
+    ledger: MemoryVoucherLedger
+    provider: Keypair
+    payer: Keypair
+    recipient: Pubkey
+    wallet: Pubkey
+    served: list[str]
+
+
+def session_shop(chain: Chain, client: BillingClient) -> SessionShop:
+    """A tool priced `Session(PRICE)`, and a payer holding 10.00 of its mint."""
     provider, payer = chain.funded_keypair(), chain.funded_keypair()
     mint = chain.create_mint()
     recipient = chain.token_account(provider.pubkey(), mint)
@@ -64,6 +79,13 @@ async def test_a_session_pays_each_call_with_a_voucher(chain: Chain, client: Bil
         served.append(city)
         return f"sunny in {city}"
 
+    return SessionShop(server, ledger, provider, payer, recipient, wallet, served)
+
+
+async def test_a_session_pays_each_call_with_a_voucher(chain: Chain, client: BillingClient) -> None:
+    shop = session_shop(chain, client)
+    server, ledger, served = shop.server, shop.ledger, shop.served
+    provider, payer, recipient, wallet = shop.provider, shop.payer, shop.recipient, shop.wallet
     auth = PaymentAuth(payer, rpc=client.rpc, max_per_request=DEPOSIT, billing=client)
     async with Client(server, mode="legacy") as mcp_client:
         paying = PayingSession(mcp_client.session, auth, "weather")
@@ -126,3 +148,33 @@ async def test_a_subscriber_is_served_and_metered_until_the_cap(
     assert served == ["forecast Lisbon", "forecast Porto", "radar Faro", "radar Faro"]
     allowance = await client.fetch_allowance(sub_id)
     assert allowance is not None and allowance.used == USDC  # deducted on chain
+
+
+async def test_a_hostile_server_naming_another_program_gets_nothing_signed(
+    chain: Chain, client: BillingClient
+) -> None:
+    """A server that answers with a genuine session offer whose program is another (a
+    deposit sent there would be lost) is refused before anything is signed or sent."""
+    shop = session_shop(chain, client)
+    async with Client(shop.server, mode="legacy") as genuine:
+        asked = await genuine.session.call_tool("forecast", {"city": "Lisbon"})
+    answer = asked.model_dump(by_alias=True, exclude_none=True, mode="json")
+    [challenge] = answer["_meta"]["org.paymentauth/payment-required"]["challenges"]
+    challenge["request"]["methodDetails"]["channelProgram"] = str(Keypair().pubkey())
+    hostile = MCPServer("weather")
+
+    async def answer_everything(ctx: Any, call_next: Any) -> Any:
+        if ctx.method == "tools/call":
+            return answer
+        return await call_next(ctx)
+
+    hostile.middleware.append(answer_everything)
+    lamports = chain.balance(shop.payer.pubkey())
+    auth = PaymentAuth(shop.payer, rpc=client.rpc, max_per_request=DEPOSIT, billing=client)
+    async with Client(hostile, mode="legacy") as mcp_client:
+        paying = PayingSession(mcp_client.session, auth, "weather")
+        with pytest.raises(PaymentRequiredError):  # no offer it may pay: left unpaid
+            await paying.call_tool("forecast", {"city": "Lisbon"})
+    assert shop.served == []
+    assert int(chain.token_state(shop.wallet)["amount"]) == 10 * USDC
+    assert chain.balance(shop.payer.pubkey()) == lamports, "no transaction was paid for"

@@ -227,6 +227,33 @@ def x402_headers(
     return headers
 
 
+def bench_terms() -> tuple[Keypair, Terms, Memos]:
+    """A facilitator's key, terms for made-up accounts, and memos: the benches' stand-ins."""
+    owner, mint = Pubkey.new_unique(), Pubkey.new_unique()
+    terms = Terms(
+        pay_to=str(get_associated_token_address(owner, mint)), token=str(mint),
+        owner=str(owner), fee_payer=str(Pubkey.new_unique()),
+    )  # fmt: skip
+    return Keypair(), terms, Memos(b"bench-memo-secret-0123456789", ttl_secs=3600)
+
+
+def signed_proofs(
+    facilitator: Keypair, terms: Terms, memo: str, n: int, amount: int = 500_000
+) -> list[bytes]:
+    """n distinct svcpay proofs (`X-PAYMENT` values) of `amount` under `memo`, signed by
+    `facilitator`, as if each settled a transaction of its own."""
+    now = int(time.time())
+    return [
+        PaymentProof(
+            network="solana-mainnet", transaction=str(Keypair().sign_message(str(i).encode())),
+            payer=str(Pubkey.new_unique()), pay_to=terms.pay_to, token=terms.token,
+            amount=str(amount), memo=memo, issued_at=now, expires_at=now + 3600,
+            facilitator=str(facilitator.pubkey()),
+        ).signed_by(facilitator).to_header().encode()
+        for i in range(n)
+    ]  # fmt: skip
+
+
 def scope(path: str, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
     return {"type": "http", "method": "GET", "path": path, "headers": headers, "query_string": b""}
 
@@ -250,13 +277,7 @@ async def rate(app: Any, scopes: list[dict[str, Any]], want: int) -> float:
 
 
 async def main(n: int) -> None:
-    facilitator = Keypair()
-    owner, mint = Pubkey.new_unique(), Pubkey.new_unique()
-    terms = Terms(
-        pay_to=str(get_associated_token_address(owner, mint)), token=str(mint),
-        owner=str(owner), fee_payer=str(Pubkey.new_unique()),
-    )  # fmt: skip
-    memos = Memos(b"bench-memo-secret-0123456789", ttl_secs=3600)
+    facilitator, terms, memos = bench_terms()
     sessions = session_scheme(terms, session_keys())
     gate = payment_gate(
         bare_app,
@@ -275,15 +296,7 @@ async def main(n: int) -> None:
         mpp_facilitator=InstantCharges(),
     )
     memo = memos.issue(MemoTerms("GET /paid", "500000", terms.pay_to, terms.token))
-    now = int(time.time())
-    proofs = [
-        PaymentProof(
-            network="solana-mainnet", transaction=str(Keypair().sign_message(str(i).encode())),
-            payer=str(Pubkey.new_unique()), pay_to=terms.pay_to, token=terms.token, amount="500000",
-            memo=memo, issued_at=now, expires_at=now + 3600, facilitator=str(facilitator.pubkey()),
-        ).signed_by(facilitator).to_header().encode()
-        for i in range(n)
-    ]  # fmt: skip
+    proofs = signed_proofs(facilitator, terms, memo, n)
     results = {
         "bare endpoint": await rate(gate, [scope("/free", [])] * n, 200),
         "402 path (fresh terms)": await rate(gate, [scope("/paid", [])] * n, 402),

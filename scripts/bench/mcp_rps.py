@@ -21,14 +21,14 @@ import httpx
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 from solders.keypair import Keypair
-from solders.pubkey import Pubkey
-from spl.token.instructions import get_associated_token_address
 
 from scripts.bench.gate_rps import (
     InstantFacilitator,
+    bench_terms,
     session_headers,
     session_keys,
     session_scheme,
+    signed_proofs,
     x402_headers,
 )
 from svcpay.gate import OneTime, Session
@@ -36,7 +36,6 @@ from svcpay.gate.pricing import Terms
 from svcpay.mcp import PaidTools, wire
 from svcpay.mcp.server import tool_path
 from svcpay.protocol.memo import Memos, MemoTerms
-from svcpay.protocol.proof import PaymentProof
 from svcpay.protocol.replay import MemoryReplayStore
 
 PRICE = 500_000
@@ -84,16 +83,9 @@ async def rate(call: Callable[[Meta | None], Awaitable[Any]], metas: list[Meta |
 
 
 async def main(n: int, rounds: int) -> None:
-    facilitator = Keypair()
-    owner, mint = Pubkey.new_unique(), Pubkey.new_unique()
-    terms = Terms(
-        pay_to=str(get_associated_token_address(owner, mint)), token=str(mint),
-        owner=str(owner), fee_payer=str(Pubkey.new_unique()),
-    )  # fmt: skip
-    memos = Memos(b"bench-memo-secret-0123456789", ttl_secs=3600)
+    facilitator, terms, memos = bench_terms()
     mcp, paid = server(terms, memos, facilitator)
     memo = memos.issue(MemoTerms(f"MCP {tool_path('paid')}", str(PRICE), terms.pay_to, terms.token))
-    now = int(time.time())
     runs: dict[str, list[float]] = {}
     async with Client(mcp, mode="legacy") as client:
 
@@ -107,16 +99,7 @@ async def main(n: int, rounds: int) -> None:
             return call
 
         for round_ in range(rounds):
-            proofs = [
-                PaymentProof(
-                    network="solana-mainnet",
-                    transaction=str(Keypair().sign_message(str(i).encode())),
-                    payer=str(Pubkey.new_unique()), pay_to=terms.pay_to, token=terms.token,
-                    amount=str(PRICE), memo=memo, issued_at=now, expires_at=now + 3600,
-                    facilitator=str(facilitator.pubkey()),
-                ).signed_by(facilitator).to_header().encode()
-                for i in range(n)
-            ]  # fmt: skip
+            proofs = signed_proofs(facilitator, terms, memo, n, PRICE)
             assert paid.core.sessions is not None
             # vouchers continue the last round's: each session's cumulative keeps rising
             vouchers = session_headers(paid.core.sessions, n * (round_ + 1))[-n:]

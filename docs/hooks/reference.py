@@ -170,16 +170,27 @@ def _validator_help() -> str:
         capture_output=True,
         text=True,
         check=True,
-        env={"COLUMNS": "100", "PATH": ""},
+        env={"COLUMNS": "80", "PATH": ""},
     )
     return result.stdout.strip()
 
 
 def cli(page: str) -> str:
+    # argparse wraps usage lines to the terminal's width: the page's must not depend on it.
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "80"
+    try:
+        return _cli()
+    finally:
+        if before is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = before
+
+
+def _cli() -> str:
     from svcpay.cli import build_parser
 
-    # argparse wraps usage lines to the terminal's width: the page's must not depend on it.
-    os.environ["COLUMNS"] = "100"
     parser = build_parser()
     skip = _global_flags(parser)
     out = [

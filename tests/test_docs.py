@@ -76,10 +76,6 @@ class Block:
     def id(self) -> str:
         return f"{self.page}:{self.line}"
 
-    @property
-    def adr(self) -> bool:
-        return self.page.startswith("adr/")
-
 
 def pages() -> list[Path]:
     return sorted(p for p in DOCS.rglob("*.md") if "hooks" not in p.relative_to(DOCS).parts)
@@ -167,7 +163,11 @@ if inspect.iscoroutine(result):
 @pytest.mark.parametrize("block", of("python", "py"))
 def test_python_blocks_compile_and_self_contained_ones_run(block: Block, tmp_path: Path) -> None:
     compiled(block.code, block.id)
-    if block.adr or block.mark in ("compile-only", "harness") or free_names(block.code):
+    if (
+        block.page.startswith("adr/")
+        or block.mark in ("compile-only", "harness")
+        or free_names(block.code)
+    ):
         return
     script = tmp_path / "block.py"
     script.write_text(block.code)
@@ -277,7 +277,7 @@ def validator_parser() -> argparse.ArgumentParser:
 
 @pytest.mark.parametrize("block", of(*SHELLS))
 def test_svcpay_commands_in_shell_blocks_parse(block: Block) -> None:
-    if block.adr:
+    if block.page.startswith("adr/"):
         return
     for args in commands(block.code):
         parser = lenient(build_parser())

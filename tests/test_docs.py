@@ -383,3 +383,21 @@ def test_the_reference_follows_the_code() -> None:
     index = rendered("adr/index.md")
     for adr in (DOCS / "adr").glob("0*.md"):
         assert f"]({adr.name})" in index
+
+
+def test_the_protocol_page_names_what_the_code_sends() -> None:
+    """docs/reference/protocols.md is written by hand: its header names, networks and problem
+    types are checked against the constants the code sends."""
+    from svcpay.mcp import wire as mcp
+    from svcpay.protocol import headers, mpp
+    from svcpay.schemes.mpp_charge import wire as charge
+    from svcpay.schemes.x402_exact import wire as x402
+
+    page = (DOCS / "reference/protocols.md").read_text()
+    names = [headers.X_PAYMENT, headers.X_SVC_SUB, x402.PAYMENT_REQUIRED, x402.PAYMENT_SIGNATURE]
+    names += [x402.PAYMENT_RESPONSE, x402.X_PAYMENT_RESPONSE, x402.PAYMENT_IDENTIFIER]
+    names += [*x402.CAIP2, *x402.CAIP2.values(), *x402.V1_NETWORK.values(), *mpp.PROBLEMS]
+    names += [*charge.NETWORKS.values(), mpp.PROBLEM_BASE, mcp.X402_PAYMENT, mcp.MPP_CREDENTIAL]
+    names += [mcp.SVCPAY_PAYMENT, mcp.SVCPAY_SUBSCRIPTION, str(mcp.PAYMENT_REQUIRED_CODE)]
+    missing = [name for name in names if name not in page]
+    assert not missing, f"docs/reference/protocols.md does not name {missing}"

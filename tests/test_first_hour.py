@@ -1,8 +1,8 @@
-"""The README's "Your first paid request" runs as written: from empty wallets to a paid
-request on the local validator, with `svcpay` commands only.
+"""The docs' "Your first paid request" (docs/guides/paying.md) runs as written: from empty
+wallets to a paid request on the local validator, with `svcpay` commands only.
 
-Each line of the README's `sh` block runs in bash, in a fresh directory with a fresh HOME,
-as a separate process, in the order written. Only what the README names as stand-ins is
+Each line of that page's `sh` block runs in bash, in a fresh directory with a fresh HOME,
+as a separate process, in the order written. Only what the page names as stand-ins is
 replaced: the ports (8899, 8402, 8000) by free ones, and MINT, PAY_TO, PLAN, CLIENT by the
 address the line marked `# prints NAME` printed. Lines marked `runs until Ctrl-C` run in the
 background until their ready line, and are stopped at the end.
@@ -29,8 +29,8 @@ from solders.pubkey import Pubkey
 from tests.cli.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
-HEADING = "### Your first paid request"
+PAGE = ROOT / "docs/guides/paying.md"
+HEADING = "## Your first paid request"
 PORTS = ("8899", "8402", "8000")
 READY_TIMEOUT = 90.0
 BACKGROUND = "runs until Ctrl-C"
@@ -45,7 +45,7 @@ class Line:
 
 def sh_block(heading: str = HEADING) -> list[Line]:
     """The commands of the first `sh` block under `heading`, with their markers."""
-    text = README.read_text()
+    text = PAGE.read_text()
     section = text[text.index(heading) :]
     match = re.search(r"```sh\n(.*?)```", section, re.S)
     assert match, f"no sh block under {heading}"
@@ -96,7 +96,7 @@ def background(argv: list[str], cwd: Path, env: dict[str, str]) -> Iterator[subp
         yield proc
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as the README says
+            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as the page says
             try:
                 proc.wait(20)
             except subprocess.TimeoutExpired:

@@ -1,10 +1,11 @@
-"""The README's provider, client and session snippets run as written: the gate answers 402,
-the client pays through a real facilitator over HTTP (or with a session voucher) and gets
-the data."""
+"""The provider, client and session snippets of the README and the docs run as written: the
+gate answers 402, the client pays through a real facilitator over HTTP (or with a session
+voucher) and gets the data."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import re
 import textwrap
@@ -34,12 +35,24 @@ from tests.support.billing import USDC
 from tests.support.chain import Chain
 from tests.support.facilitator import in_process_facilitator
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+INDEX = ROOT / "docs/index.md"
+SELLING = ROOT / "docs/guides/selling.md"
+PAYING = ROOT / "docs/guides/paying.md"
+
+# Where a provider's gate and an agent's paid request are shown: the README's short forms,
+# getting started's, and the guides'.
+GATE_AND_CLIENT = {
+    "readme": ((README, "## Selling an API"), (README, "## Paying for an API")),
+    "getting-started": ((INDEX, "## A provider's gated route"), (INDEX, "## An agent's paid")),
+    "guides": ((SELLING, "## The gate"), (PAYING, "## PaymentAuth")),
+}
 
 
-def snippet(heading: str) -> str:
-    """The first python block under `heading` in the README."""
-    text = README.read_text()
+def snippet(heading: str, page: Path = README) -> str:
+    """The first python block under `heading` in `page` (the README or a docs page)."""
+    text = page.read_text()
     section = text[text.index(heading) :]
     match = re.search(r"```python\n(.*?)```", section, re.S)
     assert match, f"no python block under {heading}"
@@ -50,9 +63,27 @@ async def data(request: Request) -> JSONResponse:
     return JSONResponse({"data": 42})
 
 
+async def run_client(code: str, given: dict[str, Any]) -> Any:
+    """Runs a client snippet: either statements ending in `data = ...` (the README's three
+    lines, given its names) or a function `fetch_data` (the docs', called with the
+    arguments it names)."""
+    ns: dict[str, Any] = {
+        "PaymentAuth": PaymentAuth, "AsyncClient": AsyncClient, "httpx": httpx,
+        "wallet": given["wallet"], "RPC_URL": given["rpc_url"],
+        "FACILITATOR_URL": given["facilitator_url"], "API_URL": given["api_url"],
+    }  # fmt: skip
+    if "def fetch_data" not in code:
+        code = "async def fetch_data():\n" + textwrap.indent(code, "    ") + "    return data\n"
+    exec(code, ns)
+    fetch = ns["fetch_data"]
+    return await fetch(**{name: given[name] for name in inspect.signature(fetch).parameters})
+
+
+@pytest.mark.parametrize("where", GATE_AND_CLIENT)
 def test_the_provider_and_client_snippets_work(
-    validator: Localnet, chain: Chain, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    where: str, validator: Localnet, chain: Chain, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    (gate_page, gate_heading), (client_page, client_heading) = GATE_AND_CLIENT[where]
     monkeypatch.chdir(tmp_path)  # the snippet's SqliteReplayStore file lands here
     provider, fee_payer, wallet = (chain.funded_keypair() for _ in range(3))
     mint = chain.create_mint()
@@ -75,7 +106,7 @@ def test_the_provider_and_client_snippets_work(
                 "FACILITATOR_URL": facilitator_url, "MEMO_SECRET": os.urandom(32),
                 "FACILITATOR_KEY": str(fee_payer.pubkey()), "billing": billing,
             }  # fmt: skip
-            exec(snippet("## Selling an API (provider)"), provider_ns)
+            exec(snippet(gate_heading, gate_page), provider_ns)
             yield provider_ns["app"]
             await billing.close()
 
@@ -84,14 +115,12 @@ def test_the_provider_and_client_snippets_work(
             assert unpaid.status_code == 402
             assert unpaid.json()["accepts"][0]["amount"] == "500000"
 
-            body = "async def run():\n" + textwrap.indent(snippet("## Paying for an API"), "    ")
-            client_ns: dict[str, Any] = {
-                "PaymentAuth": PaymentAuth, "AsyncClient": AsyncClient, "httpx": httpx,
-                "wallet": wallet, "RPC_URL": validator.url, "FACILITATOR_URL": facilitator_url,
-                "API_URL": api_url,
+            given = {
+                "wallet": wallet, "rpc_url": validator.url, "facilitator_url": facilitator_url,
+                "api_url": api_url,
             }  # fmt: skip
-            exec(body + "    return data\n", client_ns)
-            assert asyncio.run(client_ns["run"]()) == {"data": 42}
+            code = snippet(client_heading, client_page)
+            assert asyncio.run(run_client(code, given)) == {"data": 42}
     assert int(chain.token_state(pay_to)["amount"]) == USDC // 2
 
 
@@ -111,7 +140,7 @@ async def test_the_session_snippet_works(
         "FACILITATOR_URL": "http://facilitator.invalid", "PROVIDER_API_KEY": "svc_unused",
         "CHALLENGE_SECRET": os.urandom(32),
     }  # fmt: skip
-    exec(snippet("## Sessions: many calls"), ns)
+    exec(snippet("## Sessions: many calls", SELLING), ns)
     transport = httpx.ASGITransport(app=ns["app"])
     async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
         unpaid = await http.get("/v1/quote")

@@ -97,7 +97,9 @@ def mpp_authorization(credential: object) -> str:
     data: Json = {"challenge": challenge, "payload": credential.get("payload")}
     if credential.get("source"):
         data["source"] = credential["source"]
-    return f"{mpp.SCHEME} {mpp.encode_json(data)}"
+    # Only the challenge's request must be JCS (the challenge id was made over it); the
+    # credential around it is any JSON, and json.dumps (C) is a tenth of the cost.
+    return f"{mpp.SCHEME} {mpp.b64url(json.dumps(data, separators=(',', ':')).encode())}"
 
 
 class Refusal:

@@ -370,38 +370,19 @@ class PaymentAuth(httpx.Auth):
             response = yield request
             if response.status_code != 402:
                 return
-        try:
-            terms: PaymentRequired | None = PaymentRequired.parse(response.content)
-        except ProtocolError:
-            terms = None
-        try:
-            required = x402.payment_required(response)
-        except ProtocolError as e:
-            if terms is None:
-                raise NoAcceptableOption(f"the server's x402 terms are malformed: {e}") from e
-            required = None
-        charges = (
-            charge_client.offers(response.headers.get_list("www-authenticate"))
-            if "mpp" in self.protocols
-            else []
-        )
+        terms, required, charges = self._offers(response)
         if terms is None and required is None and not charges:
             return  # no 402 this client speaks: hand it back unchanged
         for protocol in self.protocols:
             if protocol == "svcpay" and terms is not None:
-                for accepted in terms.accepts:
-                    await self._require_network(accepted.network, "the server's svcpay terms")
-                sub_id = await self._subscription_for(terms, origin)
-                if sub_id is not None:
-                    request.headers[X_SVC_SUB] = sub_id
+                paid = await self._svcpay_header(terms, origin)
+                if paid is None:
+                    continue
+                name, value = paid
+                request.headers[name] = value
+                if name == X_SVC_SUB:
                     yield request
                     return
-                option = self._one_time(terms)
-                if option is None or not (self.facilitator or _named_facilitator(option)):
-                    continue
-                cost = await self._cost(option.token, option.amount_units)
-                self._reserve(cost, origin, option.token)
-                request.headers[X_PAYMENT] = await self._pay(option)
                 for attempt in range(self.retries + 1):
                     response = yield request
                     rejected = (
@@ -424,30 +405,80 @@ class PaymentAuth(httpx.Auth):
                     raise PaymentRefused(x402.refusal_reason(response))
                 return
             if protocol == "mpp" and charges:
-                cluster = await self._cluster_now()
-                if not any(cluster.serves(c.network) for c in charges):
-                    await self._require_network(charges[0].network, "the server's MPP charge")
-                charges = [c for c in charges if cluster.serves(c.network)]
-                request.headers["authorization"] = await self._pay_mpp(charges, origin)
+                request.headers["authorization"] = await self._pay_mpp_here(charges, origin)
                 response = yield request
                 if response.status_code == 402:
                     detail = _problem(response).get("detail") or response.text[:200]
                     raise PaymentRefused(f"the server refused the MPP charge: {detail}")
                 return
+        raise self._none_acceptable(terms, required, charges)
+
+    def _offers(
+        self, response: httpx.Response
+    ) -> tuple[PaymentRequired | None, x402.AnyRequired | None, list[charge_client.ChargeOffer]]:
+        """What a 402 offers, in each dialect this client reads: svcpay's terms, x402's
+        requirements, MPP's charges (None or empty when it offers none)."""
+        try:
+            terms: PaymentRequired | None = PaymentRequired.parse(response.content)
+        except ProtocolError:
+            terms = None
+        try:
+            required = x402.payment_required(response)
+        except ProtocolError as e:
+            if terms is None:
+                raise NoAcceptableOption(f"the server's x402 terms are malformed: {e}") from e
+            required = None
+        charges = (
+            charge_client.offers(response.headers.get_list("www-authenticate"))
+            if "mpp" in self.protocols
+            else []
+        )
+        return terms, required, charges
+
+    async def _svcpay_header(self, terms: PaymentRequired, origin: str) -> tuple[str, str] | None:
+        """The header paying svcpay's `terms`: a subscription held or taken (X-Svc-Sub) or a
+        one-time proof (X-Payment), within the limits; None when neither can be had here."""
+        for accepted in terms.accepts:
+            await self._require_network(accepted.network, "the server's svcpay terms")
+        sub_id = await self._subscription_for(terms, origin)
+        if sub_id is not None:
+            return X_SVC_SUB, sub_id
+        option = self._one_time(terms)
+        if option is None or not (self.facilitator or _named_facilitator(option)):
+            return None
+        cost = await self._cost(option.token, option.amount_units)
+        self._reserve(cost, origin, option.token)
+        return X_PAYMENT, await self._pay(option)
+
+    async def _pay_mpp_here(self, charges: list[charge_client.ChargeOffer], origin: str) -> str:
+        """`_pay_mpp` among the charges on the RPC node's cluster (WrongNetwork if none)."""
+        cluster = await self._cluster_now()
+        if not any(cluster.serves(c.network) for c in charges):
+            await self._require_network(charges[0].network, "the server's MPP charge")
+        charges = [c for c in charges if cluster.serves(c.network)]
+        return await self._pay_mpp(charges, origin)
+
+    def _none_acceptable(
+        self,
+        terms: PaymentRequired | None,
+        required: x402.AnyRequired | None,
+        charges: list[charge_client.ChargeOffer],
+    ) -> NoAcceptableOption:
+        """Why none of the 402's offers could be paid by this client."""
         if terms is not None:
             option = self._one_time(terms)
             if option is None:
-                raise NoAcceptableOption(
+                return NoAcceptableOption(
                     "the server only offers subscriptions this client may not create"
                     if all(o.is_subscription for o in terms.accepts)
                     else "the server asks for tokens this client may not pay in"
                 )
-            raise NoAcceptableOption(
+            return NoAcceptableOption(
                 "the server names no facilitator for its one-time price: give "
                 "PaymentAuth a facilitator"
             )
         offered = [n for n, o in (("x402", required), ("mpp", charges)) if o]
-        raise NoAcceptableOption(
+        return NoAcceptableOption(
             f"the server offers {' and '.join(offered)}; this client pays with "
             f"{', '.join(self.protocols)}"
         )

@@ -482,8 +482,10 @@ def analytics_lines(data: dict[str, Any], provider: str | None) -> list[str]:
     ]
 
 
+DATABASE = {"metavar": "URL", "help": "database URL (default: $SVCPAY_DATABASE_URL)"}
+
+
 def register(subparsers: Subparsers) -> None:
-    database = {"metavar": "URL", "help": "database URL (default: $SVCPAY_DATABASE_URL)"}
     group = command(
         subparsers,
         NAME,
@@ -494,6 +496,33 @@ def register(subparsers: Subparsers) -> None:
     )
     sub = subcommands(group, "facilitator commands")
 
+    _register_serve(sub)
+
+    p = command(
+        sub,
+        "migrate",
+        migrate_cmd,
+        help="create or upgrade the database schema",
+        description="Brings the database's schema to the current revision (Alembic).",
+    )
+    p.add_argument("--database", **DATABASE)  # type: ignore[arg-type]
+
+    p = command(
+        sub,
+        "crank",
+        crank_cmd,
+        help="run one billing pass now",
+        description="Collects every due subscription of the registered plans once and "
+        "prints the summary.",
+    )
+    p.add_argument("--database", **DATABASE)  # type: ignore[arg-type]
+
+    _register_provider(sub)
+    _register_analytics(subparsers)
+
+
+def _register_serve(sub: Subparsers) -> None:
+    """`svcpay facilitator serve` and its options."""
     p = command(
         sub,
         "serve",
@@ -504,7 +533,7 @@ def register(subparsers: Subparsers) -> None:
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=port_arg, default=8402, help="0 picks a free port (default 8402)")
-    p.add_argument("--database", **database)  # type: ignore[arg-type]
+    p.add_argument("--database", **DATABASE)  # type: ignore[arg-type]
     p.add_argument(
         "--crank-interval",
         type=float,
@@ -521,25 +550,9 @@ def register(subparsers: Subparsers) -> None:
     )
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning"])
 
-    p = command(
-        sub,
-        "migrate",
-        migrate_cmd,
-        help="create or upgrade the database schema",
-        description="Brings the database's schema to the current revision (Alembic).",
-    )
-    p.add_argument("--database", **database)  # type: ignore[arg-type]
 
-    p = command(
-        sub,
-        "crank",
-        crank_cmd,
-        help="run one billing pass now",
-        description="Collects every due subscription of the registered plans once and "
-        "prints the summary.",
-    )
-    p.add_argument("--database", **database)  # type: ignore[arg-type]
-
+def _register_provider(sub: Subparsers) -> None:
+    """`svcpay facilitator provider` and its commands."""
     provider = command(
         sub,
         "provider",
@@ -556,26 +569,29 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--plan", action="append", type=pubkey_arg, default=[], help="a plan it owns")
     p.add_argument("--pay-to", action="append", type=pubkey_arg, default=[],
                    help="a token account it is paid to")  # fmt: skip
-    p.add_argument("--database", **database)  # type: ignore[arg-type]
+    p.add_argument("--database", **DATABASE)  # type: ignore[arg-type]
     p.add_argument("--no-check", action="store_true", help=NO_CHECK)
     p = command(psub, "add", provider_add, help="register plans or payTo accounts",
                 description="Registers more plans or payTo accounts to a provider.")  # fmt: skip
     p.add_argument("provider")
     p.add_argument("--plan", action="append", type=pubkey_arg, default=[])
     p.add_argument("--pay-to", action="append", type=pubkey_arg, default=[])
-    p.add_argument("--database", **database)  # type: ignore[arg-type]
+    p.add_argument("--database", **DATABASE)  # type: ignore[arg-type]
     p.add_argument("--no-check", action="store_true", help=NO_CHECK)
     p = command(psub, "list", provider_list, help="list providers, their accounts and keys",
                 description="Lists every provider with its plans, payTo accounts and API "
                 "keys (ids and labels; keys themselves are never stored).")  # fmt: skip
-    p.add_argument("--database", **database)  # type: ignore[arg-type]
+    p.add_argument("--database", **DATABASE)  # type: ignore[arg-type]
     p = command(psub, "revoke", provider_revoke, help="revoke a provider's API keys",
                 description="Revokes every API key of PROVIDER, or the one --key: requests "
                 "with it get 401 from then on. Its plans and history stay.")  # fmt: skip
     p.add_argument("provider", nargs="?", metavar="PROVIDER")
     p.add_argument("--key", metavar="KEY_ID", help="one key (its id, from `provider list`)")
-    p.add_argument("--database", **database)  # type: ignore[arg-type]
+    p.add_argument("--database", **DATABASE)  # type: ignore[arg-type]
 
+
+def _register_analytics(subparsers: Subparsers) -> None:
+    """`svcpay analytics` (a top-level command: the facilitator's database is its source)."""
     p = command(
         subparsers,
         "analytics",
@@ -588,4 +604,4 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--to", dest="end", metavar="DATE", help="YYYY-MM-DD or unix seconds")
     p.add_argument("--provider", help="one provider's figures (default: all)")
     p.add_argument("--chart", metavar="FILE.png", help="also write the chart here")
-    p.add_argument("--database", **database)  # type: ignore[arg-type]
+    p.add_argument("--database", **DATABASE)  # type: ignore[arg-type]

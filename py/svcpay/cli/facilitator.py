@@ -11,14 +11,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
-import json
 import logging
-import os
 import socket
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,25 +22,22 @@ from typing import TYPE_CHECKING, Any
 from svcpay import stopping
 from svcpay.cli._common import (
     CliError,
-    NotFound,
     Subparsers,
     UsageError,
-    billing_client,
-    check_token_account,
     command,
     emit,
-    pubkey_arg,
     run,
     subcommands,
     table,
 )
+from svcpay.cli.facilitator_config import DATABASE, config, database_errors
+from svcpay.cli.facilitator_providers import register_provider
 
 if TYPE_CHECKING:
     from svcpay.facilitator.config import FacilitatorConfig
     from svcpay.rpc.cluster import Cluster
 
 NAME = "facilitator"
-NO_CHECK = "do not check --plan and --pay-to against the cluster at --url"
 
 
 # The facilitator's modules are imported on use: the rest of the CLI works without the
@@ -59,49 +52,6 @@ def positive_rate(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"{text}: give requests a second above 0")
     return value
-
-
-def config(args: argparse.Namespace, *, need_keypair: bool = True) -> FacilitatorConfig:
-    from svcpay.facilitator.config import ConfigError, FacilitatorConfig
-
-    env = dict(os.environ)
-    if getattr(args, "database", None):
-        env["SVCPAY_DATABASE_URL"] = args.database
-        env.pop("SVCPAY_DATABASE_URL_FILE", None)
-    env["SVCPAY_RPC_URL"] = args.url  # its default is $SVCPAY_RPC_URL
-    given = getattr(args, "keypair_source", "option") == "option"
-    if given or not (
-        env.get("SVCPAY_FACILITATOR_KEYPAIR") or env.get("SVCPAY_FACILITATOR_KEYPAIR_JSON")
-    ):
-        env["SVCPAY_FACILITATOR_KEYPAIR"] = args.keypair
-        env.pop("SVCPAY_FACILITATOR_KEYPAIR_JSON", None)
-    try:
-        return FacilitatorConfig.from_env(env)
-    except ConfigError as e:
-        if need_keypair or "keypair" not in str(e):
-            raise UsageError(str(e)) from None
-        from solders.keypair import Keypair
-
-        env.pop("SVCPAY_FACILITATOR_KEYPAIR", None)
-        env["SVCPAY_FACILITATOR_KEYPAIR_JSON"] = json.dumps(list(bytes(Keypair())))
-        return FacilitatorConfig.from_env(env)
-
-
-@contextmanager
-def database_errors() -> Iterator[None]:
-    from svcpay.facilitator.db import DatabaseUrlError
-
-    try:
-        yield
-    except DatabaseUrlError as e:
-        raise UsageError(f"{e} (set SVCPAY_DATABASE_URL or pass --database)") from None
-    except Exception as e:
-        if type(e).__module__.startswith(("sqlalchemy", "psycopg", "sqlite3", "alembic")):
-            raise CliError(
-                f"database error: {str(e).splitlines()[0]}: check --database (or "
-                "SVCPAY_DATABASE_URL) and that the database server runs"
-            ) from None
-        raise
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -229,145 +179,6 @@ def migrate_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_resources(args: argparse.Namespace) -> None:
-    """--plan names a svc_billing plan and --pay-to a token account, on the cluster at --url
-    (skipped with --no-check, e.g. to set up before deploying)."""
-    if args.no_check or not (args.plan or args.pay_to):
-        return
-
-    async def go() -> None:
-        from svcpay.cli.plan import fetch_plan
-
-        async with billing_client(args) as billing:
-            for plan in args.plan:
-                await fetch_plan(billing, plan)
-            for pay_to in args.pay_to:
-                await check_token_account(billing.rpc, pay_to, what="--pay-to")
-
-    run(go())
-
-
-def provider_create(args: argparse.Namespace) -> int:
-    from svcpay.facilitator.store import Store
-
-    cfg = config(args, need_keypair=False)
-    check_resources(args)
-
-    async def go() -> dict[str, Any]:
-        store = Store.open(cfg.database_url)
-        try:
-            pid = await store.providers.create(args.name)
-            key_id, key = await store.api_keys.create(pid, args.label)
-            for plan in args.plan:
-                await store.providers.add_resource(pid, "plan", str(plan))
-            for pay_to in args.pay_to:
-                await store.providers.add_resource(pid, "payTo", str(pay_to))
-            return {"provider": pid, "name": args.name, "keyId": key_id, "apiKey": key}
-        finally:
-            await store.close()
-
-    with database_errors():
-        data = run(go())
-    emit(
-        args,
-        data,
-        [
-            *table([("provider", data["provider"]), ("name", args.name)]),
-            f"API key (shown once; store it as a secret): {data['apiKey']}",
-        ],
-    )
-    return 0
-
-
-def provider_add(args: argparse.Namespace) -> int:
-    from svcpay.facilitator.store import Store
-
-    cfg = config(args, need_keypair=False)
-    if not args.plan and not args.pay_to:
-        raise UsageError("name at least one --plan or --pay-to")
-    check_resources(args)
-
-    async def go() -> list[tuple[str, str]]:
-        store = Store.open(cfg.database_url)
-        try:
-            if await store.providers.get(args.provider) is None:
-                raise CliError(f"no provider {args.provider}", exit_code=3)
-            for plan in args.plan:
-                await store.providers.add_resource(args.provider, "plan", str(plan))
-            for pay_to in args.pay_to:
-                await store.providers.add_resource(args.provider, "payTo", str(pay_to))
-            return await store.providers.resources(args.provider)
-        finally:
-            await store.close()
-
-    with database_errors():
-        resources = run(go())
-    emit(
-        args,
-        {"provider": args.provider, "resources": [{"kind": k, "address": a} for k, a in resources]},
-        [f"{kind:6} {address}" for kind, address in resources],
-    )
-    return 0
-
-
-def provider_list(args: argparse.Namespace) -> int:
-    from svcpay.facilitator.store import Store
-
-    cfg = config(args, need_keypair=False)
-
-    async def go() -> list[dict[str, Any]]:
-        store = Store.open(cfg.database_url)
-        try:
-            return await store.providers.all()
-        finally:
-            await store.close()
-
-    with database_errors():
-        found = run(go())
-    lines: list[str] = []
-    for p in found:
-        live = sum(k["revokedAt"] is None for k in p["keys"])
-        lines.append(f"{p['id']}  {p['name']}  {live} live key{'s' * (live != 1)} "
-                     f"of {len(p['keys'])}")  # fmt: skip
-        lines += [f"  {r['kind']:6} {r['address']}" for r in p["resources"]]
-    emit(args, {"providers": found}, lines or ["no providers (`svcpay facilitator provider "
-                                               "create NAME`)"])  # fmt: skip
-    return 0
-
-
-def provider_revoke(args: argparse.Namespace) -> int:
-    from svcpay.facilitator.store import Store
-
-    cfg = config(args, need_keypair=False)
-
-    async def go() -> int:
-        store = Store.open(cfg.database_url)
-        try:
-            if args.key:
-                return int(await store.api_keys.revoke(args.key))
-            if await store.providers.get(args.provider) is None:
-                raise NotFound(
-                    f"no provider {args.provider}: see `svcpay facilitator provider list`"
-                )
-            return await store.api_keys.revoke_all(args.provider)
-        finally:
-            await store.close()
-
-    if bool(args.provider) == bool(args.key):
-        raise UsageError("name a PROVIDER (all its keys) or one --key KEY_ID")
-    with database_errors():
-        revoked = run(go())
-    if args.key and not revoked:
-        raise NotFound(f"no live API key {args.key}: see `svcpay facilitator provider list`")
-    emit(
-        args,
-        {"provider": args.provider, "key": args.key, "revoked": revoked},
-        [f"revoked {revoked} API key{'s' * (revoked != 1)}: requests with "
-         f"{'them' if revoked != 1 else 'it'} now get 401"],
-    )  # fmt: skip
-    return 0
-
-
 def crank_cmd(args: argparse.Namespace) -> int:
     from svcpay.facilitator import crank
     from svcpay.facilitator.service import Facilitator
@@ -483,7 +294,6 @@ def analytics_lines(data: dict[str, Any], provider: str | None) -> list[str]:
 
 
 def register(subparsers: Subparsers) -> None:
-    database = {"metavar": "URL", "help": "database URL (default: $SVCPAY_DATABASE_URL)"}
     group = command(
         subparsers,
         NAME,
@@ -494,6 +304,33 @@ def register(subparsers: Subparsers) -> None:
     )
     sub = subcommands(group, "facilitator commands")
 
+    _register_serve(sub)
+
+    p = command(
+        sub,
+        "migrate",
+        migrate_cmd,
+        help="create or upgrade the database schema",
+        description="Brings the database's schema to the current revision (Alembic).",
+    )
+    p.add_argument("--database", **DATABASE)  # type: ignore[arg-type]
+
+    p = command(
+        sub,
+        "crank",
+        crank_cmd,
+        help="run one billing pass now",
+        description="Collects every due subscription of the registered plans once and "
+        "prints the summary.",
+    )
+    p.add_argument("--database", **DATABASE)  # type: ignore[arg-type]
+
+    register_provider(sub)
+    _register_analytics(subparsers)
+
+
+def _register_serve(sub: Subparsers) -> None:
+    """`svcpay facilitator serve` and its options."""
     p = command(
         sub,
         "serve",
@@ -504,7 +341,7 @@ def register(subparsers: Subparsers) -> None:
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=port_arg, default=8402, help="0 picks a free port (default 8402)")
-    p.add_argument("--database", **database)  # type: ignore[arg-type]
+    p.add_argument("--database", **DATABASE)  # type: ignore[arg-type]
     p.add_argument(
         "--crank-interval",
         type=float,
@@ -521,61 +358,9 @@ def register(subparsers: Subparsers) -> None:
     )
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning"])
 
-    p = command(
-        sub,
-        "migrate",
-        migrate_cmd,
-        help="create or upgrade the database schema",
-        description="Brings the database's schema to the current revision (Alembic).",
-    )
-    p.add_argument("--database", **database)  # type: ignore[arg-type]
 
-    p = command(
-        sub,
-        "crank",
-        crank_cmd,
-        help="run one billing pass now",
-        description="Collects every due subscription of the registered plans once and "
-        "prints the summary.",
-    )
-    p.add_argument("--database", **database)  # type: ignore[arg-type]
-
-    provider = command(
-        sub,
-        "provider",
-        None,
-        help="providers and their API keys",
-        description="Providers are created by the operator; each gets an API key (shown "
-        "once) and the plans and payTo accounts it owns.",
-    )
-    psub = subcommands(provider, "provider commands")
-    p = command(psub, "create", provider_create, help="create a provider and its API key",
-                description="Creates a provider, prints its API key once.")  # fmt: skip
-    p.add_argument("name")
-    p.add_argument("--label", default="", help="a note on the key")
-    p.add_argument("--plan", action="append", type=pubkey_arg, default=[], help="a plan it owns")
-    p.add_argument("--pay-to", action="append", type=pubkey_arg, default=[],
-                   help="a token account it is paid to")  # fmt: skip
-    p.add_argument("--database", **database)  # type: ignore[arg-type]
-    p.add_argument("--no-check", action="store_true", help=NO_CHECK)
-    p = command(psub, "add", provider_add, help="register plans or payTo accounts",
-                description="Registers more plans or payTo accounts to a provider.")  # fmt: skip
-    p.add_argument("provider")
-    p.add_argument("--plan", action="append", type=pubkey_arg, default=[])
-    p.add_argument("--pay-to", action="append", type=pubkey_arg, default=[])
-    p.add_argument("--database", **database)  # type: ignore[arg-type]
-    p.add_argument("--no-check", action="store_true", help=NO_CHECK)
-    p = command(psub, "list", provider_list, help="list providers, their accounts and keys",
-                description="Lists every provider with its plans, payTo accounts and API "
-                "keys (ids and labels; keys themselves are never stored).")  # fmt: skip
-    p.add_argument("--database", **database)  # type: ignore[arg-type]
-    p = command(psub, "revoke", provider_revoke, help="revoke a provider's API keys",
-                description="Revokes every API key of PROVIDER, or the one --key: requests "
-                "with it get 401 from then on. Its plans and history stay.")  # fmt: skip
-    p.add_argument("provider", nargs="?", metavar="PROVIDER")
-    p.add_argument("--key", metavar="KEY_ID", help="one key (its id, from `provider list`)")
-    p.add_argument("--database", **database)  # type: ignore[arg-type]
-
+def _register_analytics(subparsers: Subparsers) -> None:
+    """`svcpay analytics` (a top-level command: the facilitator's database is its source)."""
     p = command(
         subparsers,
         "analytics",
@@ -588,4 +373,4 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--to", dest="end", metavar="DATE", help="YYYY-MM-DD or unix seconds")
     p.add_argument("--provider", help="one provider's figures (default: all)")
     p.add_argument("--chart", metavar="FILE.png", help="also write the chart here")
-    p.add_argument("--database", **database)  # type: ignore[arg-type]
+    p.add_argument("--database", **DATABASE)  # type: ignore[arg-type]

@@ -15,7 +15,6 @@ A keypair and the URL are all it needs.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -27,84 +26,32 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from svcpay.cli._common import (
-    CliError,
     NotFound,
     PaymentDeclined,
     Subparsers,
     UsageError,
     amount_arg,
     command,
-    emit,
     format_duration,
     format_units,
     load_signer,
     mint_decimals,
     run,
-    stderr,
 )
-from svcpay.cli._errors import program_error_line
-from svcpay.client import (
-    InsufficientFunds,
-    PaymentAuth,
-    PaymentError,
-    SpendingLimitExceeded,
-    settlement,
-)
+from svcpay.cli.pay_report import payment_of, report, with_cost, x402_payment
+from svcpay.cli.pay_request import Request, body_of, header_arg, headers_of, over_limit, unreachable
+from svcpay.client import PaymentAuth, SpendingLimitExceeded
 from svcpay.program import pda
 from svcpay.program.client import BillingClient
-from svcpay.program.errors import ProgramError
 from svcpay.protocol import mpp
-from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
 from svcpay.protocol.models import PaymentOption, PaymentRequired, ProtocolError
-from svcpay.protocol.proof import parse_payment_proof
 from svcpay.rpc import connect
 from svcpay.schemes.mpp_charge import client as charge_client
 from svcpay.schemes.session.client import SessionOffer, Tabs, tab_key
 from svcpay.schemes.x402_exact import client as x402
-from svcpay.schemes.x402_exact.wire import CAIP2, PaymentPayloadV1
+from svcpay.schemes.x402_exact.wire import CAIP2
 
 DEFAULT_MAX = "1"
-
-
-def header_arg(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition(":")
-    if not sep or not name.strip():
-        raise argparse.ArgumentTypeError(f"not a header: {text!r} (write 'Name: value')")
-    return name.strip(), value.strip()
-
-
-def _body(data: str | None) -> bytes | None:
-    if data is None:
-        return None
-    if data == "@-":
-        return sys.stdin.buffer.read()
-    if data.startswith("@"):
-        try:
-            with open(os.path.expanduser(data[1:]), "rb") as fh:
-                return fh.read()
-        except OSError as e:
-            raise UsageError(f"cannot read --data file {data[1:]}: {e.strerror}") from None
-    return data.encode()
-
-
-def _headers(pairs: list[tuple[str, str]], content: bytes | None) -> dict[str, str]:
-    headers = dict(pairs)
-    if content is not None and not any(k.lower() == "content-type" for k in headers):
-        try:
-            json.loads(content)
-            headers["Content-Type"] = "application/json"
-        except ValueError:
-            headers["Content-Type"] = "text/plain; charset=utf-8"
-    return headers
-
-
-def _unreachable(e: httpx.TransportError, what: str) -> CliError:
-    try:
-        where = f"{e.request.url.scheme}://{e.request.url.netloc.decode()}"
-    except RuntimeError:
-        where = "the server"
-    reason = str(e) or type(e).__name__
-    return CliError(f"cannot reach {what} at {where} ({reason}): check the URL and that it runs")
 
 
 def pay(args: argparse.Namespace) -> int:
@@ -112,9 +59,9 @@ def pay(args: argparse.Namespace) -> int:
 
 
 async def _pay(args: argparse.Namespace) -> int:
-    content = _body(args.data)
+    content = body_of(args.data)
     method = (args.method or ("POST" if content is not None else "GET")).upper()
-    headers = _headers(args.header, content)
+    headers = headers_of(args.header, content)
     try:
         target = httpx.URL(args.target)
     except httpx.InvalidURL as e:
@@ -128,11 +75,11 @@ async def _pay(args: argparse.Namespace) -> int:
         try:
             first = await http.request(method, args.target, content=content, headers=headers)
         except httpx.TransportError as e:
-            raise _unreachable(e, args.target) from None
+            raise unreachable(e, args.target) from None
         except httpx.InvalidURL as e:
             raise UsageError(f"not a URL: {args.target!r} ({e})") from None
         if first.status_code != 402:
-            return _report(args, method, first, None)
+            return report(args, method, first, None)
         request = Request(args, method, content, headers, http)
         offer = _session_offer(first)
         if offer is not None and (args.session or _only_sessions(first)):
@@ -181,55 +128,6 @@ async def _pay(args: argparse.Namespace) -> int:
             return await _pay_mpp(request, rpc, owner, charges)
         finally:
             await rpc.close()
-
-
-class Request:
-    """The request being paid for, as the user gave it."""
-
-    def __init__(
-        self,
-        args: argparse.Namespace,
-        method: str,
-        content: bytes | None,
-        headers: dict[str, str],
-        http: httpx.AsyncClient,
-    ) -> None:
-        self.args, self.method, self.content, self.headers, self.http = (
-            args,
-            method,
-            content,
-            headers,
-            http,
-        )
-
-    async def send(self, auth: PaymentAuth, facilitator: httpx.URL | None = None) -> httpx.Response:
-        """The request again, with `auth` paying; its failures as one-line CLI errors."""
-        args = self.args
-        try:
-            return await self.http.request(
-                self.method, args.target, content=self.content, headers=self.headers, auth=auth
-            )
-        except SpendingLimitExceeded:
-            raise  # the caller says which --max-amount it was
-        except InsufficientFunds as e:
-            raise PaymentDeclined(
-                f"InsufficientFunds: {e}: top up the token balance of {auth.owner.pubkey()}"
-            ) from None
-        except PaymentError as e:
-            raise PaymentDeclined(f"{type(e).__name__}: {e}") from None
-        except ProgramError as e:
-            raise PaymentDeclined(program_error_line(e)) from None
-        except httpx.TransportError as e:
-            host = e.request.url.host if _has_request(e) else None
-            to_facilitator = facilitator is not None and host == facilitator.host
-            raise _unreachable(e, "the facilitator" if to_facilitator else args.target) from None
-
-
-def _over_limit(e: SpendingLimitExceeded, limit: int, decimals: int) -> PaymentDeclined:
-    return PaymentDeclined(
-        f"SpendingLimitExceeded: {e}; nothing was paid: raise --max-amount "
-        f"(now {format_units(limit, decimals)}) to allow it"
-    )
 
 
 async def _pay_with(
@@ -290,9 +188,9 @@ async def _pay_with(
         try:
             response = await request.send(auth, fac.base_url)
         except SpendingLimitExceeded as e:
-            raise _over_limit(e, limit, decimals[first_token]) from None
-    payment = _with_cost(_payment(response, held, decimals), auth, decimals)
-    return _report(args, request.method, response, payment)
+            raise over_limit(e, limit, decimals[first_token]) from None
+    payment = with_cost(payment_of(response, held, decimals), auth, decimals)
+    return report(args, request.method, response, payment)
 
 
 def _confirm_subscription(args: argparse.Namespace, option: PaymentOption, decimals: int) -> None:
@@ -339,8 +237,8 @@ async def _pay_x402(
     try:
         response = await request.send(auth)
     except SpendingLimitExceeded as e:
-        raise _over_limit(e, limit, mint.decimals) from None
-    return _report(args, request.method, response, _x402_payment(response))
+        raise over_limit(e, limit, mint.decimals) from None
+    return report(args, request.method, response, x402_payment(response))
 
 
 async def _pay_mpp(
@@ -360,7 +258,7 @@ async def _pay_mpp(
     try:
         response = await request.send(auth)
     except SpendingLimitExceeded as e:
-        raise _over_limit(e, limit, mint.decimals) from None
+        raise over_limit(e, limit, mint.decimals) from None
     payment: dict[str, Any] | None = None
     if (value := response.headers.get("payment-receipt")) is not None:
         try:
@@ -379,8 +277,8 @@ async def _pay_mpp(
                 "transaction": receipt.reference,
                 "receipt": {"status": receipt.status, "method": receipt.method, **receipt.extra},
             }
-    payment = _with_cost(payment, auth, {asset: mint.decimals})
-    return _report(request.args, request.method, response, payment)
+    payment = with_cost(payment, auth, {asset: mint.decimals})
+    return report(request.args, request.method, response, payment)
 
 
 def _session_offer(response: httpx.Response) -> SessionOffer | None:
@@ -427,7 +325,7 @@ async def _pay_session(
     try:
         response = await request.send(auth)
     except SpendingLimitExceeded as e:
-        raise _over_limit(e, limit, decimals) from None
+        raise over_limit(e, limit, decimals) from None
     tab = tabs.get(tab_key(offer))
     payment = None
     receipt = response.headers.get("payment-receipt")
@@ -443,153 +341,7 @@ async def _pay_session(
             "left": tab.left(),
             "leftDecimal": format_units(tab.left(), decimals),
         }
-    return _report(args, request.method, response, payment)
-
-
-def _x402_payment(response: httpx.Response) -> dict[str, Any] | None:
-    """What was paid with x402 for the request that got `response`."""
-    payload = x402.payment_in(response.request.headers)
-    if payload is None:
-        return None
-    paid = x402.transfer_in(payload)
-    try:
-        settled = settlement(response)
-    except ProtocolError:
-        settled = None
-    network = payload.network if isinstance(payload, PaymentPayloadV1) else payload.accepted.network
-    return {
-        "kind": "x402",
-        "x402Version": payload.x402_version,
-        "network": network,
-        "amount": paid.amount,
-        "amountDecimal": format_units(paid.amount, paid.decimals),
-        "token": str(paid.mint),
-        "payTo": str(paid.destination),
-        "transaction": settled.transaction if settled else None,
-        "settlement": settled.to_json_dict() if settled else None,
-    }
-
-
-def _has_request(e: httpx.TransportError) -> bool:
-    try:
-        e.request  # noqa: B018
-    except RuntimeError:
-        return False
-    return True
-
-
-def _payment(
-    response: httpx.Response, held: dict[str, str], decimals: dict[str, int]
-) -> dict[str, Any] | None:
-    """What was paid for the request that got `response`."""
-    request = response.request
-    if x402.payment_in(request.headers) is not None:
-        return _x402_payment(response)
-    if X_PAYMENT in request.headers:
-        proof = parse_payment_proof(request.headers[X_PAYMENT])
-        return {
-            "kind": "one-time",
-            "amount": int(proof.amount),
-            "amountDecimal": format_units(int(proof.amount), decimals.get(proof.token, 0)),
-            "token": proof.token,
-            "payTo": proof.pay_to,
-            "transaction": proof.transaction,
-            "facilitator": proof.facilitator,
-        }
-    if X_SVC_SUB in request.headers:
-        sub = request.headers[X_SVC_SUB]
-        return {"kind": "subscription", "subscription": sub, "new": sub not in held.values()}
-    return None
-
-
-def _with_cost(
-    payment: dict[str, Any] | None, auth: PaymentAuth, decimals: dict[str, int]
-) -> dict[str, Any] | None:
-    """`payment` with what left the wallet (`sent`) and, when a Token-2022 transfer-fee mint
-    withheld part of it, the `fee`: the payee receives `amount`, the wallet paid more."""
-    if payment is None or payment["kind"] not in ("one-time", "mpp"):
-        return payment
-    sent = auth.spent_today()
-    if sent <= int(payment["amount"]):
-        return payment
-    places = decimals.get(payment["token"], 0)
-    fee = sent - int(payment["amount"])
-    return {
-        **payment,
-        "sent": sent,
-        "sentDecimal": format_units(sent, places),
-        "fee": fee,
-        "feeDecimal": format_units(fee, places),
-    }
-
-
-def _paid(payment: dict[str, Any]) -> str:
-    """`paid X`: what left the wallet, with the fee a transfer-fee mint withheld of it."""
-    if "sent" not in payment:
-        return f"paid {payment['amountDecimal']}"
-    return (
-        f"paid {payment['sentDecimal']} (the payee receives {payment['amountDecimal']}; the "
-        f"mint withheld a fee of {payment['feeDecimal']})"
-    )
-
-
-def _payment_line(payment: dict[str, Any] | None) -> str:
-    if payment is None:
-        return "no payment"
-    if payment["kind"] in ("one-time", "x402"):
-        how = "once" if payment["kind"] == "one-time" else f"with x402 v{payment['x402Version']}"
-        return (
-            f"{_paid(payment)} {how} ({payment['amount']} base units of "
-            f"{payment['token']} to {payment['payTo']}), transaction {payment['transaction']}"
-        )
-    if payment["kind"] == "mpp":
-        return (
-            f"{_paid(payment)} with an MPP charge ({payment['amount']} base "
-            f"units of {payment['token']} to {payment['recipient']}), transaction "
-            f"{payment['transaction']}"
-        )
-    if payment["kind"] == "session":
-        return (
-            f"paid {payment['amountDecimal']} with a voucher on session {payment['session']} "
-            f"({payment['cumulative']} of {payment['deposit']} base units used, "
-            f"{payment['leftDecimal']} left)"
-        )
-    how = "subscribed: new subscription" if payment["new"] else "used subscription"
-    return f"{how} {payment['subscription']} (X-Svc-Sub)"
-
-
-def _report(
-    args: argparse.Namespace,
-    method: str,
-    response: httpx.Response,
-    payment: dict[str, Any] | None,
-) -> int:
-    try:
-        body: Any = response.json()
-        text = json.dumps(body, indent=2)
-    except ValueError:
-        body = text = response.text
-    data = {
-        "url": args.target,
-        "method": method,
-        "status": response.status_code,
-        "payment": payment,
-        "body": body,
-    }
-    status = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
-    emit(args, data, [status, _payment_line(payment), "", text])
-    if response.status_code == 402:
-        why = ""
-        if isinstance(body, dict) and body.get("error"):
-            why = f": {body['error']}: {body.get('message') or ''}".rstrip(": ")
-        elif isinstance(body, dict) and body.get("detail"):  # an MPP problem
-            why = f": {str(body.get('type', '')).rsplit('/', 1)[-1]}: {body['detail']}"
-        stderr(f"svcpay pay: payment still required{why}")
-        return 4
-    if response.status_code >= 400:
-        stderr(f"svcpay pay: {args.target} answered {status}")
-        return 1
-    return 0
+    return report(args, request.method, response, payment)
 
 
 def register(subparsers: Subparsers) -> None:

@@ -360,6 +360,50 @@ def register(subparsers: Subparsers) -> None:
     )
     sub = subcommands(plan, "plan commands")
 
+    _register_create(sub)
+
+    p = command(
+        sub,
+        "list",
+        list_plans,
+        help="list plans on the cluster",
+        description="Lists svc_billing plans at --url: every plan, or those of --authority.",
+    )
+    p.add_argument("--authority", type=pubkey_arg, metavar="PUBKEY", help="only this provider's")
+
+    p = command(
+        sub,
+        "show",
+        show,
+        help="show a plan",
+        description="Shows a plan's terms, status and counters.",
+    )
+    p.add_argument("plan", type=plan_ref, metavar="PLAN", help=PLAN_HELP)
+    p.add_argument(
+        "--authority",
+        type=pubkey_arg,
+        metavar="PUBKEY",
+        help="whose plan number PLAN is (default: --keypair's public key)",
+    )
+
+    p = command(
+        sub,
+        "deprecate",
+        deprecate,
+        help="stop a plan accepting new subscribers",
+        description="Deprecates a plan (signed by --keypair, its authority): new "
+        "subscriptions fail with PlanDeprecated; existing ones carry on and renew.",
+    )
+    p.add_argument(
+        "plan",
+        type=plan_ref,
+        metavar="PLAN",
+        help="the plan's address, or its number among your plans",
+    )
+
+
+def _register_create(sub: Subparsers) -> None:
+    """`svcpay plan create` and its options."""
     p = command(
         sub,
         "create",
@@ -412,43 +456,4 @@ def register(subparsers: Subparsers) -> None:
         type=pubkey_arg,
         metavar="PUBKEY",
         help="who may charge metered usage (your facilitator; default: your own key)",
-    )
-
-    p = command(
-        sub,
-        "list",
-        list_plans,
-        help="list plans on the cluster",
-        description="Lists svc_billing plans at --url: every plan, or those of --authority.",
-    )
-    p.add_argument("--authority", type=pubkey_arg, metavar="PUBKEY", help="only this provider's")
-
-    p = command(
-        sub,
-        "show",
-        show,
-        help="show a plan",
-        description="Shows a plan's terms, status and counters.",
-    )
-    p.add_argument("plan", type=plan_ref, metavar="PLAN", help=PLAN_HELP)
-    p.add_argument(
-        "--authority",
-        type=pubkey_arg,
-        metavar="PUBKEY",
-        help="whose plan number PLAN is (default: --keypair's public key)",
-    )
-
-    p = command(
-        sub,
-        "deprecate",
-        deprecate,
-        help="stop a plan accepting new subscribers",
-        description="Deprecates a plan (signed by --keypair, its authority): new "
-        "subscriptions fail with PlanDeprecated; existing ones carry on and renew.",
-    )
-    p.add_argument(
-        "plan",
-        type=plan_ref,
-        metavar="PLAN",
-        help="the plan's address, or its number among your plans",
     )

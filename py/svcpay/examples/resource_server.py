@@ -69,11 +69,10 @@ import hmac
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Annotated, Any
+from dataclasses import replace
+from typing import Annotated
 
 import httpx
 import uvicorn
@@ -85,6 +84,13 @@ from solders.rpc.responses import GetAccountInfoResp
 
 from svcpay import stopping
 from svcpay.amounts import to_base_units
+
+# The settings are imported from here too (`svcpay example serve`, the tests): re-exported.
+from svcpay.examples.resource_server_settings import UNFLAGGED as UNFLAGGED
+from svcpay.examples.resource_server_settings import ConfigError as ConfigError
+from svcpay.examples.resource_server_settings import Settings as Settings
+from svcpay.examples.resource_server_settings import base58_address
+from svcpay.examples.resource_server_settings import unflagged_from_env as unflagged_from_env
 from svcpay.gate import OneTime, Paywall, Session, Subscription, payment_gate
 from svcpay.gate.chain import ChainSubscriptions, session_scheme
 from svcpay.gate.meter import BatchingMeter
@@ -113,102 +119,6 @@ DATA_PRICE = to_base_units("0.50")  # 500000 base units of a 6-decimal mint
 QUOTE_PRICE = to_base_units("0.001")  # per GET /v1/quote, from a session's deposit
 PROCESS_PRICE = to_base_units("0.10")  # per POST /v1/process, from the allowance
 DECIMALS = 6  # the prices above assume it
-REQUIRED = (
-    "SVCPAY_FACILITATOR_URL",
-    "SVCPAY_PAY_TO",
-    "SVCPAY_MINT",
-    "SVCPAY_SUBSCRIPTION_PLAN",
-    "SVCPAY_METERED_PLAN",
-    "SVCPAY_BILLING_AUTHORITY",
-)
-ADDRESSES = REQUIRED[1:5] + (
-    "SVCPAY_FACILITATOR_KEY",
-    "SVCPAY_OWNER",
-    "SVCPAY_FEE_PAYER",
-    "SVCPAY_PLAN_MINT",
-)
-
-
-class ConfigError(ValueError):
-    """The server cannot start as configured; the message says what to fix."""
-
-
-@dataclass(frozen=True)
-class Settings:
-    facilitator_url: str
-    pay_to: str
-    mint: str
-    subscription_plan: str
-    metered_plan: str
-    billing_authority: Path
-    rpc_url: str = "http://127.0.0.1:8899"
-    network: str = ""  # "": the RPC node's cluster, read at start (docs/adr/0038)
-    facilitator_key: str | None = None
-    state_db: Path = Path("resource-server.db")
-    memo_secret: bytes | None = None
-    x402: bool = True
-    owner: str | None = None
-    fee_payer: str | None = None
-    facilitator_api_key: str | None = field(default=None, repr=False)
-    plan_mint: str | None = None  # the plans' token, when not `mint`
-    paywall_rpc_url: str | None = None  # what browsers reach; None: `rpc_url`; "off": none
-    token_symbol: str | None = None  # the paywall's name for `mint`
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
-        if missing := [name for name in REQUIRED if not env.get(name)]:
-            raise ConfigError(f"set {', '.join(missing)} (see svcpay.examples.resource_server)")
-        for name in ADDRESSES:
-            if env.get(name):
-                _address(env[name], name)
-        return cls(
-            facilitator_url=env["SVCPAY_FACILITATOR_URL"],
-            pay_to=env["SVCPAY_PAY_TO"],
-            mint=env["SVCPAY_MINT"],
-            subscription_plan=env["SVCPAY_SUBSCRIPTION_PLAN"],
-            metered_plan=env["SVCPAY_METERED_PLAN"],
-            billing_authority=Path(env["SVCPAY_BILLING_AUTHORITY"]),
-            rpc_url=env.get("SVCPAY_RPC_URL") or cls.rpc_url,
-            network=env.get("SVCPAY_NETWORK") or cls.network,
-            state_db=Path(env.get("SVCPAY_STATE_DB") or cls.state_db),
-            x402=(env.get("SVCPAY_X402") or "on").lower() not in ("off", "0", "false", "no"),
-            plan_mint=env.get("SVCPAY_PLAN_MINT") or None,
-            paywall_rpc_url=env.get("SVCPAY_PAYWALL_RPC_URL") or None,
-            token_symbol=env.get("SVCPAY_TOKEN_SYMBOL") or None,
-            **unflagged_from_env(env),
-        )
-
-
-# The variables `svcpay example serve` has no flag for: it reads them from the environment,
-# through `unflagged_from_env`, as `Settings.from_env` does.
-UNFLAGGED = (
-    "SVCPAY_FACILITATOR_API_KEY",
-    "SVCPAY_FACILITATOR_KEY",
-    "SVCPAY_MEMO_SECRET",
-    "SVCPAY_OWNER",
-    "SVCPAY_FEE_PAYER",
-)
-
-
-def unflagged_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The settings of the UNFLAGGED variables, as `Settings` arguments: the facilitator's
-    API key and proof-signing key, the memo secret, the owner and the fee payer (None when
-    unset, as the defaults are); ConfigError for a bad value."""
-    env = os.environ if env is None else env
-    for name in ("SVCPAY_FACILITATOR_KEY", "SVCPAY_OWNER", "SVCPAY_FEE_PAYER"):
-        if env.get(name):
-            _address(env[name], name)
-    secret = env.get("SVCPAY_MEMO_SECRET")
-    if secret is not None and len(secret.encode()) < 16:
-        raise ConfigError("SVCPAY_MEMO_SECRET must be at least 16 bytes")
-    return {
-        "facilitator_api_key": env.get("SVCPAY_FACILITATOR_API_KEY") or None,
-        "facilitator_key": env.get("SVCPAY_FACILITATOR_KEY") or None,
-        "memo_secret": secret.encode() if secret is not None else None,
-        "owner": env.get("SVCPAY_OWNER") or None,
-        "fee_payer": env.get("SVCPAY_FEE_PAYER") or None,
-    }
 
 
 # -- the API: handlers run only for requests the gate let through ---------------------------
@@ -392,7 +302,7 @@ def fetch_facilitator_key(settings: Settings, http: httpx.Client | None = None) 
         for k in (kinds if isinstance(kinds, list) else [])
     ):
         raise ConfigError(f"the facilitator at {url} does not settle on {network}")
-    return _address(body["facilitatorKey"], f"{url} facilitatorKey")
+    return base58_address(body["facilitatorKey"], f"{url} facilitatorKey")
 
 
 def on_the_nodes_cluster(settings: Settings) -> str:
@@ -417,7 +327,7 @@ def on_the_nodes_cluster(settings: Settings) -> str:
 def check_mint(settings: Settings) -> None:
     """Checks that SVCPAY_MINT is a mint (SPL Token or Token-2022) of 6 decimals, as the
     prices assume."""
-    info = read_account(settings.rpc_url, _address(settings.mint, "SVCPAY_MINT"))
+    info = read_account(settings.rpc_url, base58_address(settings.mint, "SVCPAY_MINT"))
     try:
         mint = token2022.mint_info(info.owner, bytes(info.data)) if info is not None else None
     except ValueError:
@@ -450,7 +360,7 @@ def plan_pricing(
     that it is priced in the configured mint (SVCPAY_PLAN_MINT, else SVCPAY_MINT) and (for
     metered use) that `billed_by` is the billing authority that may deduct from its
     allowances."""
-    info = read_account(settings.rpc_url, _address(address, "a plan"))
+    info = read_account(settings.rpc_url, base58_address(address, "a plan"))
     data = bytes(info.data) if info is not None and info.owner == PROGRAM_ID else b""
     if not data.startswith(Plan.discriminator):
         raise ConfigError(f"{address} is not a svc_billing plan on {settings.rpc_url}")
@@ -486,14 +396,6 @@ def read_account(rpc_url: str, address: str) -> Account | None:
         reason = getattr(parsed, "message", None) or type(parsed).__name__
         raise ConfigError(f"cannot read {address} from {rpc_url}: {reason}")
     return parsed.value
-
-
-def _address(value: str, what: str) -> str:
-    try:
-        Pubkey.from_string(value)
-    except ValueError as e:
-        raise ConfigError(f"{what} must be a base58 address, got {value!r}") from e
-    return value
 
 
 # -- python -m svcpay.examples.resource_server ---------------------------------------------

@@ -23,8 +23,9 @@ from solders.pubkey import Pubkey
 
 from svcpay.localnet.fees import MAX_ACCOUNTS
 from svcpay.localnet.methods_tx import TransactionMethods
-from svcpay.localnet.node import RECENT_BLOCKHASHES, Node, TimeTravelError
+from svcpay.localnet.node import RECENT_BLOCKHASHES, Node
 from svcpay.localnet.parsed import TOKEN, mint_decimals, ui_token_amount
+from svcpay.localnet.records import TimeTravelError
 from svcpay.localnet.rpc_errors import (
     INVALID_PARAMS,
     METHOD_NOT_FOUND,

@@ -17,7 +17,8 @@ from solders.message import MessageHeader, MessageV0
 from solders.transaction import VersionedTransaction
 
 from svcpay.localnet import parsed
-from svcpay.localnet.node import CONFIRMED, FINALIZED, BlockhashNotFound, Node, TxRecord
+from svcpay.localnet.node import CONFIRMED, FINALIZED, Node
+from svcpay.localnet.records import BlockhashNotFound, TxRecord
 from svcpay.localnet.rpc_errors import (
     FILTER_TRANSACTION_NOT_FOUND,
     INVALID_PARAMS,

@@ -31,7 +31,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +48,7 @@ from solders.transaction_metadata import FailedTransactionMetadata
 
 from svcpay.localnet import parsed
 from svcpay.localnet.fees import PrioritizationFees, compute_unit_price
+from svcpay.localnet.records import BlockhashNotFound, TimeTravelError, TxRecord
 
 SLOT_MS = 400  # mainnet's target slot time
 SLOTS_PER_EPOCH = 432_000
@@ -64,43 +64,6 @@ LOOKUP_TABLE_META_SIZE = 56  # an address lookup table's header; its addresses f
 
 # What LiteSVM holds for an address with no account (it reads back as None)
 _NO_ACCOUNT = Account(0, b"", Pubkey.from_string(parsed.SYSTEM))
-
-# (program id index, account indexes, data, stack height) of one inner instruction
-InnerInstruction = tuple[int, list[int], bytes, int | None]
-
-
-@dataclass
-class TxRecord:
-    """A transaction that landed (succeeded, or failed and paid its fee), as getTransaction,
-    getSignatureStatuses and getSignaturesForAddress report it."""
-
-    signature: str
-    slot: int
-    block_time: int
-    raw: bytes  # the wire transaction
-    err: Any  # RPC-shaped error JSON, or None
-    logs: list[str]
-    compute_units: int
-    fee: int
-    account_keys: list[str]
-    pre_balances: list[int]
-    post_balances: list[int]
-    # per top-level instruction with any, in order: (its index, its inner instructions)
-    inner_instructions: list[tuple[int, list[InnerInstruction]]] = field(default_factory=list)
-    pre_token_balances: list[dict[str, Any]] = field(default_factory=list)
-    post_token_balances: list[dict[str, Any]] = field(default_factory=list)
-    return_data: tuple[str, bytes] | None = None  # (program id, data) when data was set
-    memo: str | None = None
-    order: int = 0  # position in the ledger: later transactions have larger numbers
-    index: int = 0  # position in its slot's block (transactionIndex)
-
-
-class BlockhashNotFound(ValueError):
-    """A transaction's blockhash is not among the last RECENT_BLOCKHASHES."""
-
-
-class TimeTravelError(ValueError):
-    """A time-travel target in the past."""
 
 
 class Node:

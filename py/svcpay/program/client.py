@@ -12,7 +12,6 @@ import asyncio
 import json
 import time
 from collections import deque
-from dataclasses import dataclass, field
 
 from base58 import b58encode
 from solana.rpc.async_api import AsyncClient
@@ -28,12 +27,17 @@ from solders.transaction_status import TransactionConfirmationStatus
 from spl.token.instructions import get_associated_token_address
 
 from svcpay.program import errors, instructions, pda
-from svcpay.program.events import Event, decode_logs
+from svcpay.program.events import decode_logs
 from svcpay.program.generated.accounts.allowance import Allowance
 from svcpay.program.generated.accounts.plan import Plan
 from svcpay.program.generated.accounts.subscription import Subscription
 from svcpay.program.generated.program_id import PROGRAM_ID
 from svcpay.program.generated.types.subscription_status import Cancelled, Expired
+
+# Receipt and TransactionError are imported from here too: re-exported.
+from svcpay.program.receipts import Receipt as Receipt
+from svcpay.program.receipts import TransactionError as TransactionError
+from svcpay.program.receipts import failing_program
 from svcpay.program.tokens import TokenRoutes
 from svcpay.protocol.programs import COMPUTE_BUDGET
 from svcpay.rpc import landing
@@ -61,44 +65,6 @@ def is_live(sub: Subscription) -> bool:
 
 # What counts as landed: a `processed` transaction's fork may still be dropped.
 LANDED_STATUSES = (TransactionConfirmationStatus.Confirmed, TransactionConfirmationStatus.Finalized)
-
-
-class TransactionError(RuntimeError):
-    """A transaction failed for a reason other than a svc_billing error. `rejected`: one of
-    its instructions failed (in simulation or on chain), so sending it again cannot help;
-    otherwise it may not have been sent or confirmed (an expired blockhash, a timeout).
-    `failed_in`: the program where the failure began (svc_billing itself, a token
-    program, or a mint's transfer hook refusing the transfer)."""
-
-    def __init__(
-        self, message: str, logs: list[str] | None = None, *, rejected: bool = False
-    ) -> None:
-        super().__init__(message)
-        self.logs = logs or []
-        self.rejected = rejected
-        self.failed_in = failing_program(self.logs)
-
-
-def failing_program(logs: list[str]) -> str | None:
-    """The program where a failed transaction's error began: the first `Program X failed`
-    line of its logs (the innermost call fails first, its callers after it)."""
-    for line in logs:
-        if line.startswith("Program ") and " failed: " in line:
-            return line.split(" ", 2)[1]
-    return None
-
-
-@dataclass(frozen=True)
-class Receipt:
-    """A confirmed transaction: its signature, compute units and decoded events."""
-
-    signature: str
-    compute_units: int
-    logs: list[str] = field(repr=False)
-    events: list[Event]
-
-    def event(self, name: str) -> Event | None:
-        return next((e for e in self.events if e.name == name), None)
 
 
 def status_name(subscription: Subscription) -> str:

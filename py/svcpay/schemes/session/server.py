@@ -189,6 +189,32 @@ class SessionScheme:
         except mpp.MppError as e:
             return self.refuse(pricing, e.problem, str(e))
         echo = credential.challenge
+        expires = self._challenge_expiry(pricing, entry, echo)
+        if isinstance(expires, Reply):
+            return expires
+        now = self.clock()
+        if expires < now:
+            return self.refuse(pricing, "payment-expired", "the challenge has expired")
+        voucher = self._voucher(pricing, credential.payload, now)
+        if isinstance(voucher, Reply):
+            return voucher
+        state = await self._session(pricing, voucher, now)
+        if isinstance(state, Reply):
+            return state
+        try:
+            price = entry.price(request)
+        except (ValueError, TypeError, KeyError) as e:  # the provider's `units` refused it
+            body = {"error": "InvalidUnits", "message": f"cannot count this request's units: {e}"}
+            return Reply.json(400, body)
+        if (refused := await self._take(pricing, voucher, state, price)) is not None:
+            return refused
+        return _Taken(self, voucher, self._receipt(voucher, state.deposit, echo.id, int(now)))
+
+    def _challenge_expiry(
+        self, pricing: list[PricingEntry], entry: Session, echo: mpp.Challenge
+    ) -> Reply | int:
+        """When the echoed challenge expires, once it is known to be one this gate issued for
+        this route's terms (then remembered until it expires); else the refusal."""
         if (echo.method, echo.intent) != (METHOD, INTENT):
             return self.refuse(
                 pricing,
@@ -213,10 +239,13 @@ class SessionScheme:
             if len(self._known) >= KNOWN_CHALLENGES:
                 self._known.clear()
             self._known[echo.id, echo.request] = expires
-        now = self.clock()
-        if expires < now:
-            return self.refuse(pricing, "payment-expired", "the challenge has expired")
-        payload = credential.payload
+        return expires
+
+    def _voucher(
+        self, pricing: list[PricingEntry], payload: dict[str, Any], now: float
+    ) -> Reply | SignedVoucher:
+        """The credential's voucher, signed by its signer and not about to expire; else the
+        refusal."""
         action = payload.get("action")
         if action != "voucher":
             return self.refuse(
@@ -242,6 +271,13 @@ class SessionScheme:
                 "payment-expired",
                 f"the voucher expires within {margin} s; sign one without an expiry or a later one",
             )
+        return voucher
+
+    async def _session(
+        self, pricing: list[PricingEntry], voucher: SignedVoucher, now: float
+    ) -> Reply | SessionView:
+        """The voucher's session, open and fit to pay this gate (read anew when the voucher
+        passes the cached deposit: a top-up?); else the refusal, or a 503."""
         try:
             state = await self.states.lookup(voucher.channel)
             if state is not None and voucher.cumulative > state.deposit:
@@ -253,11 +289,13 @@ class SessionScheme:
         if reason is not None:
             return self.refuse(pricing, "verification-failed", reason)
         assert state is not None
-        try:
-            price = entry.price(request)
-        except (ValueError, TypeError, KeyError) as e:  # the provider's `units` refused it
-            body = {"error": "InvalidUnits", "message": f"cannot count this request's units: {e}"}
-            return Reply.json(400, body)
+        return state
+
+    async def _take(
+        self, pricing: list[PricingEntry], voucher: SignedVoucher, state: SessionView, price: int
+    ) -> Reply | None:
+        """Takes the voucher in the ledger (None), or refuses one over the deposit or that
+        adds less than `price` to the highest taken (a replay, a concurrent copy, stale)."""
         if voucher.cumulative > state.deposit:
             return self.refuse(
                 pricing,
@@ -286,7 +324,7 @@ class SessionScheme:
                 f"({accepted}): it is a replay, a concurrent copy, or stale",
                 acceptedCumulative=str(accepted),
             )
-        return _Taken(self, voucher, self._receipt(voucher, state.deposit, echo.id, int(now)))
+        return None
 
     def ledger_down(self, e: BaseException) -> Reply:
         """A JSON 503 with Retry-After while the voucher ledger's database is unreachable

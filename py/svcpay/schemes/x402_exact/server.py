@@ -35,33 +35,30 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from solders.message import to_bytes_versioned
 from solders.pubkey import Pubkey
 from spl.token.constants import TOKEN_2022_PROGRAM_ID, TOKEN_PROGRAM_ID
 from spl.token.instructions import get_associated_token_address
 
-from svcpay.protocol.memo import Memos, MemoTerms
-from svcpay.protocol.mints import MintReader, MintUnavailable
+from svcpay.protocol.memo import Memos
+from svcpay.protocol.mints import MintReader
 from svcpay.protocol.models import ProtocolError
 from svcpay.protocol.pricing import OneTime, PricingEntry, Terms
-from svcpay.protocol.programs import MEMO_PROGRAM, TOKEN_2022_PROGRAM, TOKEN_PROGRAM
+from svcpay.protocol.programs import TOKEN_2022_PROGRAM, TOKEN_PROGRAM
 from svcpay.protocol.replay import ReplayStore
-from svcpay.protocol.token2022 import MintAtEpoch
 from svcpay.schemes.decision import Admit, Offer, PaymentRequiredFn, RawHeaders, Reply, Request
-from svcpay.schemes.x402_exact import svm
 from svcpay.schemes.x402_exact.facilitator_client import (
     FacilitatorUnavailable,
     X402Facilitator,
     X402FacilitatorClient,
 )
 from svcpay.schemes.x402_exact.idempotency import PaymentIdStore, fingerprint, shared_with
+from svcpay.schemes.x402_exact.server_payment import GatePayment
 from svcpay.schemes.x402_exact.settling import (
     Guard,
     OnSettlement,
@@ -97,7 +94,6 @@ __all__ = [
 
 log = logging.getLogger("svcpay.gate.x402")
 RETRY_AFTER_SECS = 5
-CLAIM_MARGIN_SECS = 60
 
 
 @dataclass(frozen=True)
@@ -338,7 +334,7 @@ class X402Server:
             stored := await self.payment_ids.begin(request.resource, pid, fingerprint(data))
         ):
             return stored
-        payment = _Payment(self, request, pricing, payment_required, version, data, pid)
+        payment = GatePayment(self, request, pricing, payment_required, version, data, pid)
         try:
             decision = await payment.check(payload.payload.transaction, payload)
         except BaseException:
@@ -349,7 +345,7 @@ class X402Server:
         return decision
 
     async def settle(
-        self, payment: _Payment, *, served: bool
+        self, payment: GatePayment, *, served: bool
     ) -> SettleResponse | Reply | PendingSettlement:
         """Settles `payment` (already checked and claimed): its receipt; the reply that
         replaces the response when settling failed (the claim is released); or, when the
@@ -377,7 +373,7 @@ class X402Server:
         payment.done()
         return receipt
 
-    async def park(self, payment: _Payment, served: bool, why: str) -> PendingSettlement:
+    async def park(self, payment: GatePayment, served: bool, why: str) -> PendingSettlement:
         """Records `payment` as pending (its settle may be under way at the facilitator)."""
         assert payment.claim is not None
         now = time.time()
@@ -423,224 +419,6 @@ class X402Server:
         return headers
 
 
-class _Payment:
-    """One x402 payment through the gate: its checks, its claim, its payment id."""
-
-    def __init__(
-        self,
-        server: X402Server,
-        request: Request,
-        pricing: list[PricingEntry],
-        payment_required: PaymentRequiredFn,
-        version: int,
-        data: dict[str, Any],
-        pid: str | None,
-    ) -> None:
-        self.server, self.request, self.pricing = server, request, pricing
-        self.payment_required, self.version, self.data, self.pid = (
-            payment_required,
-            version,
-            data,
-            pid,
-        )
-        self.requirements: dict[str, Any] = {}
-        self.entry: OneTime | None = None
-        self.claim: str | None = None
-        self.counted = False  # in the guard's in-flight count
-
-    def refuse(self, reason: str, message: str) -> Reply:
-        return self.payment_required(self.request, self.pricing, "InvalidPayment", message, reason)
-
-    async def check(
-        self, transaction: str, payload: PaymentPayload | PaymentPayloadV1
-    ) -> Reply | Admit:
-        server, terms, resource = self.server, self.server.terms, self.request.resource
-        one_time = [e for e in self.pricing if isinstance(e, OneTime)]
-        try:
-            tx = svm.decode_transaction(transaction)
-        except svm.Refusal as e:
-            return self.refuse(e.reason, f"the payment's transaction could not be decoded: {e}")
-        keys = tx.message.account_keys
-        tx_memos = {
-            bytes(ix.data)
-            for ix in tx.message.instructions
-            if ix.program_id_index < len(keys) and keys[ix.program_id_index] == MEMO_PROGRAM
-        }
-        if isinstance(payload, PaymentPayload):
-            accepted = payload.accepted
-            memo = accepted.memo
-            entry = next((e for e in one_time if str(e.amount) == accepted.amount), None)
-            if entry is None:
-                asked = " or ".join(repr(str(e.amount)) for e in one_time)
-                return self.refuse(
-                    "no_matching_requirements",
-                    f"accepted.amount is {accepted.amount!r}; this gate asks for {asked}",
-                )
-            if memo is None:
-                return self.refuse(
-                    "no_matching_requirements",
-                    "accepted.extra.memo is missing: pay the terms of a fresh PAYMENT-REQUIRED",
-                )
-            expected = server.requirements(entry, memo)
-            if (differs := _mismatch(expected, accepted.to_json_dict())) is not None:
-                return self.refuse("no_matching_requirements", differs)
-            memo_terms = MemoTerms(resource, accepted.amount, terms.pay_to, terms.token)
-            if (stale := server.memos.check(memo, memo_terms)) is not None:
-                return self.refuse("no_matching_requirements", stale)
-            if memo.encode() not in tx_memos:
-                return self.refuse(Reason.MEMO_MISMATCH, "the transaction's memo is not extra.memo")
-            self.requirements = expected
-        else:
-            if payload.scheme != SCHEME:
-                return self.refuse(
-                    Reason.UNSUPPORTED_SCHEME, f"scheme {payload.scheme!r} is not offered"
-                )
-            if payload.network != server.network_v1:
-                why = f"the payment is on {payload.network}, this gate takes {server.network_v1}"
-                return self.refuse(Reason.NETWORK_MISMATCH, why)
-            found = _issued(server.memos, tx_memos, one_time, resource, terms)
-            if found is None:
-                why = f"the transaction carries no memo this gate issued for {resource}"
-                return self.refuse(Reason.MEMO_MISMATCH, why)
-            entry, memo = found
-            self.requirements = server.requirements_v1(entry, memo, self.request)
-        self.entry = entry
-        mint: MintAtEpoch | None = None
-        if server.token_2022:  # what the mint does now: its fee, its hook (SPL: nothing)
-            assert server.mints is not None
-            try:
-                mint = await server.mints.at_epoch(server.mint)
-            except MintUnavailable as e:
-                return server.unavailable(f"the mint {terms.token} cannot be read: {e}")
-            except ValueError as e:
-                return self.refuse(Reason.MINT_MISMATCH, f"{terms.token} is no mint: {e}")
-        try:  # what the facilitator's /verify would check without the chain, here
-            transfer = svm.check_payment(
-                tx,
-                fee_payer=server.fee_payer,
-                asset=terms.token,
-                pay_to=str(terms.owner),
-                amount=entry.amount,
-                memo=memo,
-                mint=mint,
-            )
-        except svm.Refusal as e:
-            return self.refuse(e.reason, e.message)
-        if transfer.token_program != server.token_program:
-            why = (
-                f"{terms.token} moves through {server.token_program}, not {transfer.token_program}"
-            )
-            return self.refuse(Reason.MINT_MISMATCH, why)
-        if (busy := server.guard.refuses()) is not None:
-            return server.unavailable(busy)
-        key = "x402:" + hashlib.sha256(to_bytes_versioned(tx.message)).hexdigest()
-        expires = int(time.time()) + server.memos.ttl_secs + CLAIM_MARGIN_SECS
-        if not await server.replay.claim(key, expires):
-            return self.refuse(Reason.DUPLICATE_SETTLEMENT, "this transaction was already used")
-        self.claim = key
-        server.guard.in_flight += 1
-        self.counted = True
-        if server.options.remote_verify:
-            try:
-                verdict = await server.facilitator.verify(
-                    self.version, self.data, self.requirements
-                )
-            except FacilitatorUnavailable as e:
-                server.guard.failed()
-                await self.release()
-                return server.unavailable(e)
-            except BaseException:
-                await self.release()
-                raise
-            server.guard.succeeded()
-            if not verdict.is_valid:
-                await self.release()
-                reason = verdict.invalid_reason or "invalid_payment"
-                return self.refuse(reason, verdict.invalid_message or reason)
-        if entry.settle == "before":
-            try:
-                receipt = await server.settle(self, served=False)
-            except BaseException:
-                await self.release()
-                raise
-            if isinstance(receipt, PendingSettlement):
-                return server.unavailable(
-                    "the payment was sent for settlement but not confirmed; it is being "
-                    "reconciled, so do not pay again yet"
-                )
-            if isinstance(receipt, Reply):
-                return receipt
-            return _Paid(self, receipt)
-        return _Paid(self, None)
-
-    def done(self) -> None:
-        """No longer waiting for the facilitator (settled, or parked as pending)."""
-        if self.counted:
-            self.counted = False
-            self.server.guard.in_flight -= 1
-
-    async def release(self) -> None:
-        self.done()
-        if self.claim is not None:
-            key, self.claim = self.claim, None
-            await self.server.replay.release(key)
-
-    async def abandon_id(self) -> None:
-        if self.pid is not None:
-            await self.server.payment_ids.abandon(self.request.resource, self.pid)
-
-    async def keep(self, status: int, headers: RawHeaders, body: bytes) -> None:
-        if self.pid is not None:
-            await self.server.payment_ids.finish(
-                self.request.resource, self.pid, status, headers, body
-            )
-
-
-class _Paid(Admit):
-    """A checked payment whose handler runs: settles it (unless settled before) when the
-    handler starts answering below 400, and adds the receipt to the response."""
-
-    wants_start = True
-
-    def __init__(self, payment: _Payment, receipt: SettleResponse | None) -> None:
-        self.payment, self.receipt = payment, receipt
-        self.pending = False
-        self.capture = payment.pid is not None
-        self.sent: RawHeaders = []
-
-    async def start(self, status: int, headers: RawHeaders) -> Reply | RawHeaders:
-        payment = self.payment
-        if self.receipt is None:
-            if status >= 400:  # not settled: the client keeps its money and its transaction
-                return []
-            try:
-                result = await payment.server.settle(payment, served=True)
-            except BaseException:
-                await payment.release()
-                raise
-            if isinstance(result, Reply):
-                return result
-            if isinstance(result, PendingSettlement):
-                self.pending = True
-                extra: RawHeaders = [(b"x-svc-settlement", b"pending")]
-                self.sent = [*headers, *extra]
-                return extra
-            self.receipt = result
-        extra = X402Server.receipt_headers(self.receipt, payment.version)
-        self.sent = [*headers, *extra]
-        return extra
-
-    async def end(self, status: int | None, body: bytes | None) -> None:
-        payment = self.payment
-        if self.receipt is None and not self.pending:  # the handler or settling failed
-            await payment.release()
-            await payment.abandon_id()
-        elif status is not None and body is not None and self.sent:
-            await payment.keep(status, self.sent, body)
-        else:
-            await payment.abandon_id()
-
-
 def unavailable(error: FacilitatorUnavailable | str, retry_after: int = RETRY_AFTER_SECS) -> Reply:
     if isinstance(error, FacilitatorUnavailable):
         log.warning("x402 facilitator unavailable: %s", error)
@@ -669,36 +447,3 @@ def x402_version(header: bytes) -> int | None:
         return None
     version = data.get("x402Version") if isinstance(data, dict) else None
     return version if isinstance(version, int) and not isinstance(version, bool) else -1
-
-
-def _mismatch(expected: dict[str, Any], accepted: dict[str, Any]) -> str | None:
-    """Which term of `accepted` differs from what this gate offers, or None."""
-    for field in ("scheme", "network", "asset", "amount", "payTo"):
-        if accepted.get(field) != expected[field]:
-            got, want = accepted.get(field), expected[field]
-            return f"accepted.{field} is {got!r}; this gate asks for {want!r}"
-    extra = accepted.get("extra") or {}
-    if extra.get("feePayer") != expected["extra"]["feePayer"]:
-        return (
-            f"accepted.extra.feePayer is not this gate's fee payer {expected['extra']['feePayer']}"
-        )
-    return None
-
-
-def _issued(
-    memos: Memos, tx_memos: set[bytes], one_time: list[OneTime], resource: str, terms: Terms
-) -> tuple[OneTime, str] | None:
-    """The one-time option and memo a v1 payment's transaction answers (v1 payloads do not
-    echo the terms: the memo this gate issued, bound to resource and price, names them)."""
-    for raw in tx_memos:
-        try:
-            memo = raw.decode()
-        except UnicodeDecodeError:
-            continue
-        for entry in one_time:
-            if (
-                memos.check(memo, MemoTerms(resource, str(entry.amount), terms.pay_to, terms.token))
-                is None
-            ):
-                return entry, memo
-    return None

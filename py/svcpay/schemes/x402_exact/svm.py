@@ -169,83 +169,15 @@ def _check(
     programs = [keys[ix.program_id_index] for ix in ixs]
     accounts = [[keys[i] for i in bytes(ix.accounts)] for ix in ixs]
     datas = [bytes(ix.data) for ix in ixs]
-    # Fee payer isolation (§2.1.1): named by no instruction, as program or account.
-    if any(fee_payer == p or fee_payer in a for p, a in zip(programs, accounts, strict=True)):
-        raise Refusal(Reason.FEE_PAYER_TRANSFERRING, "an instruction uses the fee payer's account")
-    if msg.header.num_required_signatures != 2 or len(tx.signatures) != 2:
-        raise Refusal(
-            Reason.INVALID_PAYLOAD,
-            "exactly two signers: the fee payer and the token authority",
-        )
-    if not MIN_INSTRUCTIONS <= len(ixs) <= MAX_INSTRUCTIONS:
-        raise Refusal(
-            Reason.INSTRUCTIONS_LENGTH,
-            f"{len(ixs)} instructions; {MIN_INSTRUCTIONS} to {MAX_INSTRUCTIONS} are accepted",
-        )
-
-    limit = _budget(programs[0], datas[0], SET_COMPUTE_UNIT_LIMIT, "<I", Reason.COMPUTE_LIMIT)
-    if limit > MAX_COMPUTE_UNIT_LIMIT:
-        raise Refusal(Reason.COMPUTE_LIMIT, f"compute unit limit above {MAX_COMPUTE_UNIT_LIMIT}")
-    price = _budget(programs[1], datas[1], SET_COMPUTE_UNIT_PRICE, "<Q", Reason.COMPUTE_PRICE)
-    if price > MAX_COMPUTE_UNIT_PRICE:
-        raise Refusal(
-            Reason.COMPUTE_PRICE_TOO_HIGH,
-            f"compute unit price above {MAX_COMPUTE_UNIT_PRICE} micro-lamports",
-        )
-    if priority_fee_lamports(limit, price) > MAX_PRIORITY_FEE_LAMPORTS:
-        raise Refusal(
-            Reason.COMPUTE_PRICE_TOO_HIGH,
-            f"limit x price exceeds {MAX_PRIORITY_FEE_LAMPORTS} lamports of priority fee",
-        )
-
+    _check_shape(tx, fee_payer, programs, accounts)
+    limit, price = _check_budget(programs, datas)
     program, data, transfer_accounts = programs[2], datas[2], accounts[2]
-    if (
-        program not in TOKEN_PROGRAMS
-        or len(data) != 10
-        or data[0] != TRANSFER_CHECKED
-        or len(transfer_accounts) < 4
-    ):
-        raise Refusal(Reason.NO_TRANSFER, "the third instruction must be a TransferChecked")
-    for index, program_id in enumerate(programs[3:]):
-        if program_id not in OPTIONAL_PROGRAMS:
-            raise Refusal(
-                _UNKNOWN_NTH[min(index, len(_UNKNOWN_NTH) - 1)],
-                f"instruction {index + 4} (program {program_id}) is neither a memo nor Lighthouse",
-            )
-
+    _check_instructions(programs, data, transfer_accounts)
     source, mint, destination, authority = transfer_accounts[:4]
-    optional = zip(programs[3:], datas[3:], strict=True)
-    memos = tuple(d.decode("utf-8", "replace") for p, d in optional if p == MEMO_PROGRAM)
-    if memo is not None:
-        if len(memos) != 1:
-            raise Refusal(Reason.MEMO_COUNT, f"{len(memos)} memo instructions; exactly one")
-        if memos[0] != memo:
-            raise Refusal(Reason.MEMO_MISMATCH, "the memo is not the one the terms give")
-    if str(mint) != asset:
-        raise Refusal(Reason.MINT_MISMATCH, f"the transfer's mint is {mint}, not {asset}")
-    if mint_now is not None and mint_now.program != program:
-        raise Refusal(
-            Reason.MINT_MISMATCH,
-            f"the transfer goes through {program}; {asset} is a mint of {mint_now.program}",
-        )
-    if (problem := transfer_accounts_problem(transfer_accounts, mint, mint_now)) is not None:
-        raise Refusal(Reason.INVALID_PAYLOAD, problem)
-    expected = associated_token_address(Pubkey.from_string(pay_to), mint, program)
-    if destination != expected:
-        raise Refusal(
-            Reason.RECIPIENT_MISMATCH,
-            f"the transfer goes to {destination}, not ATA(payTo, asset) = {expected}",
-        )
+    memos = _check_memos(programs, datas, memo)
+    _check_destination(transfer_accounts, program, asset, pay_to, mint_now)
     paid = struct.unpack_from("<Q", data, 1)[0]
-    fee = None
-    if mint_now is not None and mint_now.has_fee:  # judged by what the payee receives
-        fee = mint_now.fee_for(paid)
-        if (short := shortfall(mint_now, paid, amount)) is not None:
-            raise Refusal(Reason.AMOUNT_INSUFFICIENT, f"the transfer pays {paid}, {short}")
-    elif paid < amount:
-        raise Refusal(
-            Reason.AMOUNT_INSUFFICIENT, f"the transfer pays {paid}, the price is {amount}"
-        )
+    fee = _check_amount(paid, amount, mint_now)
     signer = keys.index(authority)
     if signer >= msg.header.num_required_signatures or not tx.signatures[signer].verify(
         authority, to_bytes_versioned(msg)
@@ -264,6 +196,116 @@ def _check(
         compute_unit_price=price,
         fee=fee,
     )
+
+
+def _check_shape(
+    tx: VersionedTransaction,
+    fee_payer: Pubkey,
+    programs: list[Pubkey],
+    accounts: list[list[Pubkey]],
+) -> None:
+    """The fee payer isolated, two signers, an accepted number of instructions."""
+    # Fee payer isolation (§2.1.1): named by no instruction, as program or account.
+    if any(fee_payer == p or fee_payer in a for p, a in zip(programs, accounts, strict=True)):
+        raise Refusal(Reason.FEE_PAYER_TRANSFERRING, "an instruction uses the fee payer's account")
+    if tx.message.header.num_required_signatures != 2 or len(tx.signatures) != 2:
+        raise Refusal(
+            Reason.INVALID_PAYLOAD,
+            "exactly two signers: the fee payer and the token authority",
+        )
+    if not MIN_INSTRUCTIONS <= len(programs) <= MAX_INSTRUCTIONS:
+        raise Refusal(
+            Reason.INSTRUCTIONS_LENGTH,
+            f"{len(programs)} instructions; {MIN_INSTRUCTIONS} to {MAX_INSTRUCTIONS} are accepted",
+        )
+
+
+def _check_budget(programs: list[Pubkey], datas: list[bytes]) -> tuple[int, int]:
+    """The compute unit limit and price the first two instructions set, within bounds."""
+    limit = _budget(programs[0], datas[0], SET_COMPUTE_UNIT_LIMIT, "<I", Reason.COMPUTE_LIMIT)
+    if limit > MAX_COMPUTE_UNIT_LIMIT:
+        raise Refusal(Reason.COMPUTE_LIMIT, f"compute unit limit above {MAX_COMPUTE_UNIT_LIMIT}")
+    price = _budget(programs[1], datas[1], SET_COMPUTE_UNIT_PRICE, "<Q", Reason.COMPUTE_PRICE)
+    if price > MAX_COMPUTE_UNIT_PRICE:
+        raise Refusal(
+            Reason.COMPUTE_PRICE_TOO_HIGH,
+            f"compute unit price above {MAX_COMPUTE_UNIT_PRICE} micro-lamports",
+        )
+    if priority_fee_lamports(limit, price) > MAX_PRIORITY_FEE_LAMPORTS:
+        raise Refusal(
+            Reason.COMPUTE_PRICE_TOO_HIGH,
+            f"limit x price exceeds {MAX_PRIORITY_FEE_LAMPORTS} lamports of priority fee",
+        )
+    return limit, price
+
+
+def _check_instructions(programs: list[Pubkey], data: bytes, transfer: list[Pubkey]) -> None:
+    """A TransferChecked third, then only memos and Lighthouse."""
+    if (
+        programs[2] not in TOKEN_PROGRAMS
+        or len(data) != 10
+        or data[0] != TRANSFER_CHECKED
+        or len(transfer) < 4
+    ):
+        raise Refusal(Reason.NO_TRANSFER, "the third instruction must be a TransferChecked")
+    for index, program_id in enumerate(programs[3:]):
+        if program_id not in OPTIONAL_PROGRAMS:
+            raise Refusal(
+                _UNKNOWN_NTH[min(index, len(_UNKNOWN_NTH) - 1)],
+                f"instruction {index + 4} (program {program_id}) is neither a memo nor Lighthouse",
+            )
+
+
+def _check_memos(programs: list[Pubkey], datas: list[bytes], memo: str | None) -> tuple[str, ...]:
+    """The memos after the transfer; exactly one, `memo`, when it is given."""
+    optional = zip(programs[3:], datas[3:], strict=True)
+    memos = tuple(d.decode("utf-8", "replace") for p, d in optional if p == MEMO_PROGRAM)
+    if memo is not None:
+        if len(memos) != 1:
+            raise Refusal(Reason.MEMO_COUNT, f"{len(memos)} memo instructions; exactly one")
+        if memos[0] != memo:
+            raise Refusal(Reason.MEMO_MISMATCH, "the memo is not the one the terms give")
+    return memos
+
+
+def _check_destination(
+    transfer: list[Pubkey],
+    program: Pubkey,
+    asset: str,
+    pay_to: str,
+    mint_now: MintAtEpoch | None,
+) -> None:
+    """The transfer moves `asset` through its token program to ATA(`pay_to`)."""
+    mint, destination = transfer[1], transfer[2]
+    if str(mint) != asset:
+        raise Refusal(Reason.MINT_MISMATCH, f"the transfer's mint is {mint}, not {asset}")
+    if mint_now is not None and mint_now.program != program:
+        raise Refusal(
+            Reason.MINT_MISMATCH,
+            f"the transfer goes through {program}; {asset} is a mint of {mint_now.program}",
+        )
+    if (problem := transfer_accounts_problem(transfer, mint, mint_now)) is not None:
+        raise Refusal(Reason.INVALID_PAYLOAD, problem)
+    expected = associated_token_address(Pubkey.from_string(pay_to), mint, program)
+    if destination != expected:
+        raise Refusal(
+            Reason.RECIPIENT_MISMATCH,
+            f"the transfer goes to {destination}, not ATA(payTo, asset) = {expected}",
+        )
+
+
+def _check_amount(paid: int, amount: int, mint_now: MintAtEpoch | None) -> int | None:
+    """The mint's fee on `paid` (None without one), once the payee receives `amount`."""
+    fee = None
+    if mint_now is not None and mint_now.has_fee:  # judged by what the payee receives
+        fee = mint_now.fee_for(paid)
+        if (short := shortfall(mint_now, paid, amount)) is not None:
+            raise Refusal(Reason.AMOUNT_INSUFFICIENT, f"the transfer pays {paid}, {short}")
+    elif paid < amount:
+        raise Refusal(
+            Reason.AMOUNT_INSUFFICIENT, f"the transfer pays {paid}, the price is {amount}"
+        )
+    return fee
 
 
 def _budget(program: Pubkey, data: bytes, kind: int, layout: str, reason: str) -> int:

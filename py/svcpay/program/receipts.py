@@ -1,0 +1,46 @@
+"""What a sent transaction comes back as (`BillingClient.send` and the clients built on it): a
+`Receipt` once it landed, or a `TransactionError` naming the program where it failed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from svcpay.program.events import Event
+
+
+class TransactionError(RuntimeError):
+    """A transaction failed for a reason other than a svc_billing error. `rejected`: one of
+    its instructions failed (in simulation or on chain), so sending it again cannot help;
+    otherwise it may not have been sent or confirmed (an expired blockhash, a timeout).
+    `failed_in`: the program where the failure began (svc_billing itself, a token
+    program, or a mint's transfer hook refusing the transfer)."""
+
+    def __init__(
+        self, message: str, logs: list[str] | None = None, *, rejected: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.logs = logs or []
+        self.rejected = rejected
+        self.failed_in = failing_program(self.logs)
+
+
+def failing_program(logs: list[str]) -> str | None:
+    """The program where a failed transaction's error began: the first `Program X failed`
+    line of its logs (the innermost call fails first, its callers after it)."""
+    for line in logs:
+        if line.startswith("Program ") and " failed: " in line:
+            return line.split(" ", 2)[1]
+    return None
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """A confirmed transaction: its signature, compute units and decoded events."""
+
+    signature: str
+    compute_units: int
+    logs: list[str] = field(repr=False)
+    events: list[Event]
+
+    def event(self, name: str) -> Event | None:
+        return next((e for e in self.events if e.name == name), None)

@@ -100,7 +100,7 @@ def _components() -> Schema:
                 "type": "http",
                 "scheme": "bearer",
                 "description": "a provider's API key (`svc_...`), from `svcpay facilitator "
-                "api-key create`",
+                "provider create`",
             }
         },
     }

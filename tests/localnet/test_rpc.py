@@ -45,12 +45,19 @@ def post(validator: Localnet, content: bytes, **headers: str) -> httpx.Response:
     return httpx.post(validator.url, content=content, headers=headers, timeout=10)
 
 
-def transfer_wire(payer: Keypair, blockhash: Hash, lamports: int = 10**7) -> str:
-    """A signed transfer to a new address, base64."""
+def transfer_wire(
+    payer: Keypair, blockhash: Hash, lamports: int = 10**7, *, legacy: bool = False
+) -> str:
+    """A signed transfer to a new address, base64 (a v0 message, or a legacy one)."""
     ix = transfer(
         TransferParams(from_pubkey=payer.pubkey(), to_pubkey=Pubkey.new_unique(), lamports=lamports)
     )
-    tx = VersionedTransaction(MessageV0.try_compile(payer.pubkey(), [ix], [], blockhash), [payer])
+    message = (
+        Message.new_with_blockhash([ix], payer.pubkey(), blockhash)
+        if legacy
+        else MessageV0.try_compile(payer.pubkey(), [ix], [], blockhash)
+    )
+    tx = VersionedTransaction(message, [payer])
     return base64.b64encode(bytes(tx)).decode()
 
 
@@ -338,6 +345,27 @@ def test_preflight_and_simulation_read_finalized_unless_told(chain: Chain) -> No
         "sendTransaction", wire, {"encoding": "base64", "preflightCommitment": "confirmed"}
     )
     wait_confirmed(chain, sig)
+
+
+def test_simulation_may_put_in_a_recent_blockhash(chain: Chain) -> None:
+    """`replaceRecentBlockhash` simulates under the node's own blockhash and says which
+    (how a compute-unit estimate needs no getLatestBlockhash); with `sigVerify` it is
+    refused, as agave 4.2 refuses it."""
+    payer = chain.funded_keypair(10**9)
+    for legacy in (True, False):  # legacy and v0 messages alike
+        wire = transfer_wire(payer, Hash.default(), legacy=legacy)
+        stale = chain.rpc("simulateTransaction", wire, {"encoding": "base64", **CONFIRMED})
+        assert stale["value"]["err"] == "BlockhashNotFound"
+        config = {"encoding": "base64", "replaceRecentBlockhash": True, **CONFIRMED}
+        value = chain.rpc("simulateTransaction", wire, config)["value"]
+        assert value["err"] is None and value["unitsConsumed"] > 0, value
+        replaced = value["replacementBlockhash"]
+        assert chain.rpc("isBlockhashValid", replaced["blockhash"], CONFIRMED)["value"] is True
+        assert replaced["lastValidBlockHeight"] > chain.rpc("getBlockHeight", CONFIRMED)
+    with pytest.raises(RpcError) as refused:
+        chain.rpc("simulateTransaction", wire, {**config, "sigVerify": True})
+    assert refused.value.code == -32602
+    assert refused.value.message == "sigVerify may not be used with replaceRecentBlockhash"
 
 
 def test_signatures_are_checked_only_when_asked(chain: Chain) -> None:

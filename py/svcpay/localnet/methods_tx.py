@@ -13,11 +13,12 @@ import base64
 from typing import Any
 
 import base58
-from solders.message import MessageHeader, MessageV0
+from solders.hash import Hash
+from solders.message import Message, MessageHeader, MessageV0
 from solders.transaction import VersionedTransaction
 
 from svcpay.localnet import parsed
-from svcpay.localnet.node import CONFIRMED, FINALIZED, Node
+from svcpay.localnet.node import CONFIRMED, FINALIZED, RECENT_BLOCKHASHES, Node
 from svcpay.localnet.records import BlockhashNotFound, TxRecord
 from svcpay.localnet.rpc_errors import (
     FILTER_TRANSACTION_NOT_FOUND,
@@ -100,9 +101,22 @@ class TransactionMethods:
         tx, config = self._decode_tx(params)
         level = commitment(config)
         self._check_min_context_slot(config, self.node.slot_at(level))
+        verify = config.get("sigVerify", False) is True
+        replacement: dict[str, Any] | None = None
+        if config.get("replaceRecentBlockhash", False) is True:
+            if verify:
+                raise RpcError(
+                    INVALID_PARAMS, "sigVerify may not be used with replaceRecentBlockhash"
+                )
+            blockhash, slot = self.node.blockhash_at(level)
+            tx = _with_blockhash(tx, Hash.from_string(blockhash))
+            replacement = {
+                "blockhash": blockhash,
+                "lastValidBlockHeight": slot + RECENT_BLOCKHASHES,
+            }
         err: Any
         logs: list[str]
-        if config.get("sigVerify", False) is True and not _signatures_verify(tx):
+        if verify and not _signatures_verify(tx):
             err, logs, units = SIGNATURE_FAILURE, [], 0
         else:
             err, logs, units = self.node.simulate(tx, level)
@@ -112,6 +126,7 @@ class TransactionMethods:
             "unitsConsumed": units,
             "accounts": None,
             "returnData": None,
+            "replacementBlockhash": replacement,
         }
         return self._context(value, self.node.slot_at(level))
 
@@ -425,3 +440,24 @@ def _is_writable(header: MessageHeader, invoked: set[int], i: int, keys: list[st
     if not writable or keys[i] in RESERVED_ACCOUNT_KEYS:
         return False
     return i not in invoked or UPGRADEABLE_LOADER in keys
+
+
+def _with_blockhash(tx: VersionedTransaction, blockhash: Hash) -> VersionedTransaction:
+    """`tx` under `blockhash` (simulateTransaction's replaceRecentBlockhash), its signatures
+    kept as they were (they no longer match: simulation does not check them)."""
+    msg = tx.message
+    replaced: Message | MessageV0
+    if isinstance(msg, MessageV0):
+        replaced = MessageV0(
+            msg.header, msg.account_keys, blockhash, msg.instructions, msg.address_table_lookups
+        )
+    else:
+        replaced = Message.new_with_compiled_instructions(
+            msg.header.num_required_signatures,
+            msg.header.num_readonly_signed_accounts,
+            msg.header.num_readonly_unsigned_accounts,
+            msg.account_keys,
+            blockhash,
+            msg.instructions,
+        )
+    return VersionedTransaction.populate(replaced, tx.signatures)

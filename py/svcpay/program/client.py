@@ -17,6 +17,7 @@ from base58 import b58encode
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solana.rpc.models import MemcmpOpts
+from solders.hash import Hash
 from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.message import MessageV0
@@ -143,14 +144,17 @@ class BillingClient:
             return ixs
         writable = {m.pubkey for ix in ixs for m in ix.accounts if m.is_writable} | {payer}
         price = await self.fees.price(sorted(writable, key=str))
-        try:
-            latest = (await self.rpc.get_latest_blockhash(Confirmed)).value
+        try:  # the node puts its own blockhash in: no getLatestBlockhash for the estimate
             trial = [*budget(MAX_COMPUTE_UNIT_LIMIT, price), *ixs]
-            msg = MessageV0.try_compile(payer, trial, [], latest.blockhash)
+            msg = MessageV0.try_compile(payer, trial, [], Hash.default())
             unsigned = VersionedTransaction.populate(
                 msg, [Signature.default()] * msg.header.num_required_signatures
             )
-            sim = (await self.rpc.simulate_transaction(unsigned, commitment=Confirmed)).value
+            sim = (
+                await self.rpc.simulate_transaction(
+                    unsigned, commitment=Confirmed, replace_recent_blockhash=True
+                )
+            ).value
         except Exception:  # no estimate: sent as before, its preflight decides
             return ixs
         if sim.err is not None or not sim.units_consumed:

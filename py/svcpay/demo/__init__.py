@@ -7,12 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-DEFAULT_OUT = Path(".svcpay/demo")  # where the analytics chart is written
-TOKEN_2022_HELP = (
-    "price the plans (subscription, renewal, metered) in a PYUSD-like Token-2022 mint: "
-    "6 decimals, a transfer hook (the test hook, where built), a permanent delegate, a zero "
-    "transfer fee; one-time payments and the session stay in USDC"
-)
+from svcpay.demo.options import DEFAULT_OUT, TOKEN_2022_HELP
 
 __all__ = ["DEFAULT_OUT", "TOKEN_2022_HELP", "main", "run"]
 

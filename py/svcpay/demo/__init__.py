@@ -1,6 +1,12 @@
 """The demo (`scripts/demo`, `svcpay demo`, `python -m svcpay.demo`): svcpay's processes on
 the embedded defaults and a paying client walking through the spec's flows
-(`svcpay.demo.walkthrough`, imported on first use so the CLI starts fast)."""
+(`svcpay.demo.walkthrough`, imported on first use so the CLI starts fast).
+
+Layer 5 (docs/adr/0041): it may import every layer below it (the paying client, the
+examples, the drop-in validator, the program, the schemes, the protocol, the root modules);
+only `svcpay.cli` (`svcpay demo`) imports it. Inside, `options` and `context` (what the
+steps share) are below the flow modules, and `walkthrough` is above them.
+"""
 
 from __future__ import annotations
 

@@ -39,6 +39,11 @@ object `{"error", "message", "exitCode"}` on stdout) and exit with:
 
 Adding a command: a module here with `register(subparsers)` (see `_common.command`), listed
 in `COMMANDS`.
+
+Layer 6 (docs/adr/0041): it may import every part of svcpay below it (the demo, the
+examples, the facilitator, the paying client, the drop-in validator, the program, the
+schemes, the protocol, the RPC transport, the root modules); only `svcpay.__main__` (the
+console script) imports it.
 """
 
 from __future__ import annotations

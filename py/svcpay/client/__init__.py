@@ -1,5 +1,11 @@
 """The paying client: `PaymentAuth` for httpx and `pay()`; `settlement(response)` reads an
-x402 server's report of the payment it settled."""
+x402 server's report of the payment it settled.
+
+Layer 3 (docs/adr/0041): it imports `svcpay.schemes` (each scheme's client side),
+`svcpay.program`, `svcpay.protocol`, `svcpay.rpc` and the root modules, never the gate, the
+facilitator or the drop-in validator (its own layer); `svcpay.mcp`, `svcpay.demo` and
+`svcpay.cli` import it.
+"""
 
 from svcpay.client.payer import PROTOCOLS, PaymentAuth, SpendingPolicy, pay
 from svcpay.protocol.errors import (

@@ -1,18 +1,19 @@
 """The demo (`scripts/demo`, `svcpay demo`, `python -m svcpay.demo`): svcpay's processes on
 the embedded defaults and a paying client walking through the spec's flows
-(`svcpay.demo.walkthrough`, imported on first use so the CLI starts fast)."""
+(`svcpay.demo.walkthrough`, imported on first use so the CLI starts fast).
+
+Layer 5 (docs/adr/0041): it may import every layer below it (the paying client, the
+examples, the drop-in validator, the program, the schemes, the protocol, the root modules);
+only `svcpay.cli` (`svcpay demo`) imports it. Inside, `options` and `context` (what the
+steps share) are below the flow modules, and `walkthrough` is above them.
+"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-DEFAULT_OUT = Path(".svcpay/demo")  # where the analytics chart is written
-TOKEN_2022_HELP = (
-    "price the plans (subscription, renewal, metered) in a PYUSD-like Token-2022 mint: "
-    "6 decimals, a transfer hook (the test hook, where built), a permanent delegate, a zero "
-    "transfer fee; one-time payments and the session stay in USDC"
-)
+from svcpay.demo.options import DEFAULT_OUT, TOKEN_2022_HELP
 
 __all__ = ["DEFAULT_OUT", "TOKEN_2022_HELP", "main", "run"]
 

@@ -13,7 +13,7 @@ from svcpay.examples.resource_server import DATA_PRICE
 from svcpay.protocol import mpp
 
 if TYPE_CHECKING:
-    from svcpay.demo.walkthrough import Walkthrough
+    from svcpay.demo.context import Walkthrough
 
 
 async def charge(w: Walkthrough) -> None:

@@ -20,7 +20,7 @@ from svcpay.schemes.x402_exact.wire import (
 )
 
 if TYPE_CHECKING:
-    from svcpay.demo.walkthrough import Walkthrough
+    from svcpay.demo.context import Walkthrough
 
 
 async def one_time(w: Walkthrough) -> None:

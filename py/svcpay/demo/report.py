@@ -12,7 +12,7 @@ from svcpay.demo.output import expect, say, step, usdc
 from svcpay.demo.world import DAY
 
 if TYPE_CHECKING:
-    from svcpay.demo.walkthrough import Walkthrough
+    from svcpay.demo.context import Walkthrough
 
 
 async def webhook_summary(w: Walkthrough) -> None:

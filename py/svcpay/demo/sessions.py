@@ -19,7 +19,7 @@ from svcpay.protocol import mpp
 from svcpay.schemes.session.client import SessionOffer
 
 if TYPE_CHECKING:
-    from svcpay.demo.walkthrough import Walkthrough
+    from svcpay.demo.context import Walkthrough
 
 CALLS = 1_000
 DEPOSIT = to_base_units("1.50")  # 1,500 calls' worth

@@ -27,7 +27,7 @@ from svcpay.program.client import status_name
 from svcpay.protocol.headers import X_SVC_SUB
 
 if TYPE_CHECKING:
-    from svcpay.demo.walkthrough import Walkthrough
+    from svcpay.demo.context import Walkthrough
 
 
 GATE_CACHE_SECS = 2.0  # the gate caches a subscription's on-chain state this long

@@ -1,6 +1,12 @@
 """The payment gate: ASGI middleware (and a WSGI adapter) that answers 402 until a request is
 paid for. Names load on first use, so importing one does not pull in the shells (pricing
-lives in `svcpay.protocol.pricing`, below the gate and the schemes)."""
+lives in `svcpay.protocol.pricing`, below the gate and the schemes).
+
+Layer 3 (docs/adr/0041): it imports `svcpay.schemes` (the registered schemes),
+`svcpay.program`, `svcpay.protocol` and the root modules, never the facilitator, the paying
+client or the drop-in validator (its own layer); `svcpay.examples`, `svcpay.mcp` and the
+providers' own apps import it.
+"""
 
 from __future__ import annotations
 

@@ -12,6 +12,8 @@
 This package may import `svcpay.gate`, `svcpay.client`, `svcpay.schemes` and
 `svcpay.protocol`; nothing below it imports it. `svcpay.cli.mcp` (`svcpay mcp`) uses it.
 Names load on first use, so `import svcpay.mcp` needs no MCP SDK.
+
+Layer 4 (docs/adr/0041), beside `svcpay.examples`: neither imports the other.
 """
 
 from __future__ import annotations

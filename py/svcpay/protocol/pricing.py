@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from svcpay.protocol.headers import NETWORK_MAINNET, PROTOCOL_VERSION, SCHEME_EXACT
 from svcpay.protocol.memo import Memos, MemoTerms
 from svcpay.protocol.models import PaymentOption, PaymentRequired, SvcExtension
-
-if TYPE_CHECKING:
-    from svcpay.schemes.decision import Request
+from svcpay.protocol.request import Request
 
 
 @dataclass(frozen=True)

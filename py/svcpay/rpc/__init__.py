@@ -5,6 +5,8 @@ every URL, one log line per state change).
 
 What lives here imports only solana-py and httpx2: any part of svcpay (the facilitator, the
 gate, the clients, the CLI) may import it.
+
+Layer 1 (docs/adr/0041), beside `svcpay.protocol`: neither imports the other.
 """
 
 from __future__ import annotations

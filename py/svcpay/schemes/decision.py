@@ -6,34 +6,25 @@ admission hears how it went). No ASGI, no WSGI: the shells in `svcpay.gate` tran
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
-if TYPE_CHECKING:
-    from svcpay.protocol.pricing import PricingEntry
+from svcpay.protocol.pricing import PricingEntry
+from svcpay.protocol.request import Request
+
+__all__ = [
+    "ADMIT",
+    "Admit",
+    "GateScheme",
+    "Offer",
+    "PaymentRequiredFn",
+    "RawHeaders",
+    "Reply",
+    "Request",
+]
 
 RawHeaders = list[tuple[bytes, bytes]]
-
-
-@dataclass(slots=True)
-class Request:
-    """What the core sees of a request. `headers`: lower-case names, raw values."""
-
-    method: str
-    path: str
-    headers: Mapping[bytes, bytes]
-    scheme: str = "http"
-
-    @property
-    def resource(self) -> str:
-        """What memos and proofs are bound to: "GET /v1/data"."""
-        return f"{self.method} {self.path}"
-
-    @property
-    def url(self) -> str:
-        host = self.headers.get(b"host", b"localhost").decode("latin-1")
-        return f"{self.scheme}://{host}{self.path}"
 
 
 @dataclass(slots=True)

@@ -9,6 +9,10 @@ database: claims are conditional upserts, so two instances never take the same w
 `Store` opens the database and composes one object per concern over the shared engine
 (docs/adr/0021): `store.settlements`, `store.providers`, `store.api_keys`, `store.events`,
 `store.webhooks`, `store.usage`, `store.crank`, `store.sessions`, `store.cursors`.
+
+Part of `svcpay.facilitator` (layer 3, docs/adr/0041), below the rest of it: it imports
+only `svcpay.facilitator.db` (the tables) and SQLAlchemy; the facilitator's services and
+`svcpay.cli.facilitator` import it.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ Three stores, as for replay claims (svcpay.protocol.replay): in memory for one p
 (bounded to `max_entries` ids), SQLite for processes on one machine, PostgreSQL
 (idempotency_postgres) for processes on several. The gate shares the store with its replay
 store by default (`shared_with`), so a resend that reaches another worker is recognised.
+What an id's entry is and answers, the same in every store, is `idempotency_entry`.
 """
 
 from __future__ import annotations
@@ -24,16 +25,20 @@ import threading
 import time
 from collections import OrderedDict
 from contextlib import closing
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from svcpay.protocol.replay import ReplayStore, SqliteReplayStore, sqlite_connect
 from svcpay.schemes.decision import RawHeaders, Reply
 
-TTL = 3600.0
-PENDING_TTL = 300.0
-MAX_BODY = 1 << 20
+# Named here too, where they were before `idempotency_entry` held them.
+from svcpay.schemes.x402_exact.idempotency_entry import MAX_BODY as MAX_BODY
+from svcpay.schemes.x402_exact.idempotency_entry import PENDING_TTL as PENDING_TTL
+from svcpay.schemes.x402_exact.idempotency_entry import TTL as TTL
+from svcpay.schemes.x402_exact.idempotency_entry import Entry as Entry
+from svcpay.schemes.x402_exact.idempotency_entry import answer as answer
+from svcpay.schemes.x402_exact.idempotency_entry import decode_headers as decode_headers
+from svcpay.schemes.x402_exact.idempotency_entry import encode_headers as encode_headers
 
 
 class PaymentIdStore(Protocol):
@@ -74,41 +79,6 @@ def shared_with(replay: ReplayStore) -> PaymentIdStore:
             schema, dot, _ = replay.table.rpartition(".")
             return PostgresPaymentIds(replay.url, table=f"{schema}{dot}payment_ids")
     return MemoryPaymentIds()
-
-
-@dataclass(slots=True)
-class Entry:
-    """One id as a store holds it; `reply` is None while its first request is served."""
-
-    fingerprint: bytes
-    expires: float
-    pending_until: float
-    reply: Reply | None = None
-
-    def live(self, now: float) -> bool:
-        return self.expires >= now and (self.reply is not None or self.pending_until >= now)
-
-
-def answer(entry: Entry, fingerprint: bytes) -> Reply:
-    """What a live entry answers a request that carries its id."""
-    if entry.fingerprint != fingerprint:
-        return _conflict("this payment id was used with another payment", retry=False)
-    if entry.reply is None:
-        return _conflict("the request with this payment id is still being served", retry=True)
-    return entry.reply
-
-
-def _conflict(message: str, retry: bool) -> Reply:
-    headers: RawHeaders = [(b"retry-after", b"1")] if retry else []
-    return Reply.json(409, {"error": "PaymentIdConflict", "message": message}, headers)
-
-
-def encode_headers(headers: RawHeaders) -> str:
-    return json.dumps([[k.decode("latin-1"), v.decode("latin-1")] for k, v in headers])
-
-
-def decode_headers(text: str) -> RawHeaders:
-    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in json.loads(text)]
 
 
 class MemoryPaymentIds:

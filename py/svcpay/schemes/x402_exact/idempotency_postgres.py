@@ -12,7 +12,7 @@ import time
 
 from svcpay._extras import missing_extra
 from svcpay.schemes.decision import RawHeaders, Reply
-from svcpay.schemes.x402_exact.idempotency import (
+from svcpay.schemes.x402_exact.idempotency_entry import (
     MAX_BODY,
     PENDING_TTL,
     TTL,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from svcpay._extras import missing_extra
-from svcpay.schemes.x402_exact.settling import LEASE_SECS, PendingSettlement
+from svcpay.schemes.x402_exact.pending import LEASE_SECS, PendingSettlement
 
 try:
     from psycopg import sql

@@ -7,7 +7,8 @@
 - A settle that may have reached the facilitator but got no answer (a read timeout, a
   dropped connection, a 5xx) after the handler ran is a *pending settlement*: the response
   is delivered (the work is done; the payment is probably landing), the replay claim is
-  kept, and the payload is stored durably (`PendingSettlements`, beside the replay store).
+  kept, and the payload is stored durably (`PendingSettlements`, beside the replay store;
+  the record, `PendingSettlement`, is in `pending`).
 - `Reconciler` settles pending payments again, with backoff, until the facilitator answers:
   `success` or `duplicate_settlement` (it landed by the first call) resolve it as settled,
   `settlement_pending` waits, any other refusal resolves it as unpaid (the claim is freed).
@@ -31,35 +32,19 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from svcpay.protocol.replay import ReplayStore, SqliteReplayStore, sqlite_connect
+
+# Named here too, where they were before `pending` held them (gate, tests).
+from svcpay.schemes.x402_exact.pending import LEASE_SECS as LEASE_SECS
+from svcpay.schemes.x402_exact.pending import PendingSettlement as PendingSettlement
 from svcpay.schemes.x402_exact.wire import Reason, SettleResponse
 
 log = logging.getLogger("svcpay.gate.x402")
 
-LEASE_SECS = 30.0  # a reconciler takes an entry for this long
 FIRST_RETRY_SECS = 2.0
 MAX_RETRY_SECS = 300.0
 GIVE_UP_SECS = 86_400.0  # a facilitator away for a day: the entry is given up, loudly
 
 Outcome = Literal["pending", "settled", "unpaid", "abandoned"]
-
-
-@dataclass(frozen=True)
-class PendingSettlement:
-    """A payment whose settle got no answer after its handler ran."""
-
-    key: str  # the replay claim (x402:<sha256 of the message>)
-    version: int
-    payload: dict[str, Any]
-    requirements: dict[str, Any]
-    resource: str
-    created_at: float
-    attempts: int = 0
-    next_at: float = 0.0
-
-    @property
-    def amount(self) -> str:
-        req = self.requirements
-        return str(req.get("amount") or req.get("maxAmountRequired") or "")
 
 
 @dataclass(frozen=True)

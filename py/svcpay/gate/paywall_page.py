@@ -12,13 +12,11 @@ from collections.abc import Mapping
 from decimal import Decimal
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from svcpay.gate.paywall_options import Paywall, Ways, on_colour
 from svcpay.protocol.pricing import OneTime, PricingEntry, Session, Subscription, Terms
 from svcpay.schemes.decision import Reply, Request
-
-if TYPE_CHECKING:
-    from svcpay.gate.paywall import Paywall, Ways
 
 # Mints a person recognises by name (pay-kit's KNOWN_MINTS, as MPP's charge client reads
 # them); every other mint is shown by its address only.
@@ -407,17 +405,3 @@ def _message(reply: Reply) -> str | None:
         text = body.get("message") or body.get("detail")
         return str(text) if text else None
     return None
-
-
-def on_colour(colour: str) -> str:
-    """Black or white, whichever reads better on `colour`."""
-    return "#000000" if _luminance(colour) > 0.179 else "#ffffff"
-
-
-def _luminance(colour: str) -> float:
-    hexes = colour[1:]
-    if len(hexes) == 3:
-        hexes = "".join(c * 2 for c in hexes)
-    channels = [int(hexes[i : i + 2], 16) / 255 for i in (0, 2, 4)]
-    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
-    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]

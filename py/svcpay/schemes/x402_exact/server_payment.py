@@ -7,20 +7,23 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from solders.message import to_bytes_versioned
+from solders.pubkey import Pubkey
 from solders.transaction import VersionedTransaction
 
 from svcpay.protocol.memo import Memos, MemoTerms
-from svcpay.protocol.mints import MintUnavailable
+from svcpay.protocol.mints import MintReader, MintUnavailable
 from svcpay.protocol.pricing import OneTime, PricingEntry, Terms
 from svcpay.protocol.programs import MEMO_PROGRAM
+from svcpay.protocol.replay import ReplayStore
 from svcpay.protocol.token2022 import MintAtEpoch
 from svcpay.schemes.decision import Admit, PaymentRequiredFn, RawHeaders, Reply, Request
 from svcpay.schemes.x402_exact import svm
-from svcpay.schemes.x402_exact.facilitator_client import FacilitatorUnavailable
-from svcpay.schemes.x402_exact.settling import PendingSettlement
+from svcpay.schemes.x402_exact.facilitator_client import FacilitatorUnavailable, X402Facilitator
+from svcpay.schemes.x402_exact.idempotency import PaymentIdStore
+from svcpay.schemes.x402_exact.settling import Guard, PendingSettlement
 from svcpay.schemes.x402_exact.wire import (
     SCHEME,
     PaymentPayload,
@@ -29,8 +32,44 @@ from svcpay.schemes.x402_exact.wire import (
     SettleResponse,
 )
 
-if TYPE_CHECKING:
-    from svcpay.schemes.x402_exact.server import X402Server
+
+class _Options(Protocol):
+    @property
+    def remote_verify(self) -> bool: ...
+
+
+class PaymentServer(Protocol):
+    """What a payment reads of its gate (`server.X402Server`), named here so that this
+    module needs nothing of `server`, which builds payments (no import circle)."""
+
+    terms: Terms
+    memos: Memos
+    replay: ReplayStore
+    facilitator: X402Facilitator
+    payment_ids: PaymentIdStore
+    guard: Guard
+    mints: MintReader | None
+    mint: Pubkey
+    fee_payer: Pubkey
+    token_program: Pubkey
+    token_2022: bool
+    network_v1: str
+
+    @property
+    def options(self) -> _Options: ...
+
+    def requirements(self, entry: OneTime, memo: str) -> dict[str, Any]: ...
+
+    def requirements_v1(self, entry: OneTime, memo: str, request: Request) -> dict[str, Any]: ...
+
+    def unavailable(self, error: FacilitatorUnavailable | str) -> Reply: ...
+
+    def receipt_headers(self, receipt: SettleResponse, version: int) -> RawHeaders: ...
+
+    async def settle(
+        self, payment: GatePayment, *, served: bool
+    ) -> SettleResponse | Reply | PendingSettlement: ...
+
 
 CLAIM_MARGIN_SECS = 60
 
@@ -40,7 +79,7 @@ class GatePayment:
 
     def __init__(
         self,
-        server: X402Server,
+        server: PaymentServer,
         request: Request,
         pricing: list[PricingEntry],
         payment_required: PaymentRequiredFn,

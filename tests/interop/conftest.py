@@ -200,10 +200,17 @@ class Sdk:
         market: Market,
         *,
         replay: bool = False,
+        session: bool = False,
     ) -> dict[str, object]:
-        """The SDK's x402 MCP client calls `tool` at the MCP endpoint `url`, paying as
-        `market`'s buyer: its JSON report (sdk_mcp_client.py)."""
-        argv = [url, tool, "--arguments", json.dumps(arguments)]
+        """The SDK's x402MCPClient (with `session`: its x402MCPSession) calls `tool` at the
+        MCP endpoint `url`, paying as `market`'s buyer: its JSON report (sdk_mcp_client.py)."""
+        argv = [
+            url,
+            tool,
+            "--arguments",
+            json.dumps(arguments),
+            *(["--session"] if session else []),
+        ]
         return self._report("sdk_mcp_client.py", argv, market, replay)
 
     def _report(

@@ -92,28 +92,36 @@ def test_the_sdk_mcp_client_pays_its_own_wrapped_tool(
     assert balances(chain, market) == (before[0] - PRICE, before[1] + PRICE)
 
 
+@pytest.mark.parametrize("wrapper", ["x402MCPClient", "x402MCPSession"])
 def test_the_sdk_mcp_client_pays_paid_tools(
-    sdk: Sdk, svcpay: Svcpay, market: Market, chain: Chain
+    sdk: Sdk, svcpay: Svcpay, market: Market, chain: Chain, wrapper: str
 ) -> None:
-    """The SDK's x402MCPClient against svcpay's PaidTools settling through svcpay's
-    facilitator: it reads x402's PaymentRequired from the tool result, pays, is served
-    once with the payment response in `_meta`; the same payment again is refused."""
+    """The SDK's x402MCPClient, and its x402MCPSession (whose payment has null members),
+    against svcpay's PaidTools settling through svcpay's facilitator: it reads x402's
+    PaymentRequired from the tool result, pays, is served once with the payment response
+    in `_meta`; the same payment again is refused (duplicate_settlement)."""
     facilitator = svcpay.facilitator(market.fee_payer)
     calls: list[str] = []
     before = balances(chain, market)
 
     with paid_tools(facilitator, market, calls) as url:
-        report = sdk.call_tool(url, "forecast", {"city": "Lisbon"}, market, replay=True)
+        session = wrapper == "x402MCPSession"
+        report = sdk.call_tool(
+            url, "forecast", {"city": "Lisbon"}, market, replay=True, session=session
+        )
 
     assert (report["status"], report["result"]["text"]) == ("paid", "sunny in Lisbon"), report
     asked = report["asked"]["structuredContent"]
     assert (asked["x402Version"], asked["accepts"][0]["amount"]) == (2, str(PRICE)), asked
+    if session:  # what svcpay.mcp.wire drops before the PAYMENT-SIGNATURE it stands for
+        assert report["payment"]["resource"]["description"] is None, report["payment"]
     transaction = settled_in(report, market)
     assert report["result"]["_meta"]["x402/payment-response"]["transaction"] == transaction
     assert calls == ["Lisbon"]
     assert balances(chain, market) == (before[0] - PRICE, before[1] + PRICE)
     replay = report["replay"]
     assert replay["isError"] and "x402/payment-response" not in replay["_meta"], replay
+    assert replay["structuredContent"]["error"] == "duplicate_settlement", replay
     assert calls == ["Lisbon"]  # served once
     assert balances(chain, market) == (before[0] - PRICE, before[1] + PRICE)
 

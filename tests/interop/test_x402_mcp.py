@@ -127,13 +127,18 @@ def test_the_sdk_mcp_client_pays_paid_tools(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("settler", ["x402-sdk", "svcpay"])
 async def test_paying_session_pays_the_sdk_wrapped_tool(
-    sdk: Sdk, market: Market, chain: Chain, validator: Localnet
+    sdk: Sdk, svcpay: Svcpay, market: Market, chain: Chain, validator: Localnet, settler: str
 ) -> None:
-    """svcpay's PayingSession (PaymentAuth, x402 only) against the SDK's FastMCP tool and
-    the SDK's own facilitator: it reads the wrapper's payment-required result, pays ATA(payTo)
-    in `_meta["x402/payment"]` and gets the SDK's payment response as its receipt."""
-    facilitator = sdk.facilitator(market.fee_payer_file)
+    """svcpay's PayingSession (PaymentAuth, x402 only) against the SDK's FastMCP tool
+    settling through the SDK's own facilitator, or svcpay's: it reads the wrapper's
+    payment-required result, pays ATA(payTo) in `_meta["x402/payment"]` and gets the SDK's
+    payment response as its receipt."""
+    if settler == "svcpay":
+        facilitator = svcpay.facilitator(market.fee_payer)
+    else:
+        facilitator = sdk.facilitator(market.fee_payer_file)
     server = sdk.server(facilitator, market, PRICE, mcp=True)
     before = balances(chain, market)
     async with (

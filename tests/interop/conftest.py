@@ -11,14 +11,20 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
+from svcpay.client import PaymentAuth
 from svcpay.keys import save_keypair
 from svcpay.localnet.process import ROOT, Localnet
 from tests.support.billing import USDC, Billing, Plan
@@ -136,6 +142,28 @@ def market(chain: Chain, billing: Billing, tmp_path: Path) -> Market:
     )
 
 
+@asynccontextmanager
+async def x402_payer(
+    market: Market, rpc_url: str, **options: Any
+) -> AsyncIterator[tuple[PaymentAuth, list[str]]]:
+    """svcpay's PaymentAuth paying as `market`'s buyer (1 USDC a request at most; `options`
+    are PaymentAuth's), and the URLs its own facilitator was called at: none is answered,
+    as an x402 payer needs none (the seller's facilitator settles)."""
+    called: list[str] = []
+
+    def no_facilitator(request: httpx.Request) -> httpx.Response:
+        called.append(str(request.url))
+        return httpx.Response(599)
+
+    rpc = AsyncClient(rpc_url, commitment=Confirmed)
+    try:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(no_facilitator)) as facilitator:
+            options = {"max_per_request": USDC, **options}
+            yield PaymentAuth(market.buyer, rpc=rpc, facilitator=facilitator, **options), called
+    finally:
+        await rpc.close()
+
+
 @dataclass
 class Sdk:
     """The SDK's programs, started on the session's validator."""
@@ -149,27 +177,56 @@ class Sdk:
         program = self._program("sdk_facilitator.py", argv)
         return self.processes.start("sdk facilitator", program, "x402-sdk facilitator ready")
 
-    def server(self, facilitator_url: str, market: Market, price: int) -> str:
+    def server(self, facilitator_url: str, market: Market, price: int, *, mcp: bool = False) -> str:
+        """The SDK's FastAPI server (sdk_server.py): its base URL; with `mcp`, its FastMCP
+        server (sdk_mcp_server.py) instead: its MCP endpoint."""
         argv = [
             "--facilitator", facilitator_url, "--pay-to", str(market.seller),
             "--mint", str(market.mint), "--network", DEVNET, "--price", str(price),
         ]  # fmt: skip
-        program = self._program("sdk_server.py", argv)
-        return self.processes.start("sdk server", program, "x402-sdk server ready")
+        name = "x402-sdk mcp server" if mcp else "x402-sdk server"
+        program = self._program("sdk_mcp_server.py" if mcp else "sdk_server.py", argv)
+        return self.processes.start(name, program, f"{name} ready")
 
     def pay(self, url: str, market: Market, *, replay: bool = False) -> dict[str, object]:
         """The SDK's client GETs `url`, paying as `market`'s buyer: its JSON report."""
+        return self._report("sdk_client.py", [url], market, replay)
+
+    def call_tool(
+        self,
+        url: str,
+        tool: str,
+        arguments: dict[str, object],
+        market: Market,
+        *,
+        replay: bool = False,
+        session: bool = False,
+    ) -> dict[str, object]:
+        """The SDK's x402MCPClient (with `session`: its x402MCPSession) calls `tool` at the
+        MCP endpoint `url`, paying as `market`'s buyer: its JSON report (sdk_mcp_client.py)."""
         argv = [
-            url, "--keypair", str(market.buyer_file), "--rpc", self.rpc,
+            url,
+            tool,
+            "--arguments",
+            json.dumps(arguments),
+            *(["--session"] if session else []),
+        ]
+        return self._report("sdk_mcp_client.py", argv, market, replay)
+
+    def _report(
+        self, name: str, argv: list[str], market: Market, replay: bool
+    ) -> dict[str, object]:
+        argv = [
+            *argv, "--keypair", str(market.buyer_file), "--rpc", self.rpc,
             "--network", DEVNET, "--mint", str(market.mint),
         ]  # fmt: skip
         done = subprocess.run(
-            self._program("sdk_client.py", argv + (["--replay"] if replay else [])),
+            self._program(name, argv + (["--replay"] if replay else [])),
             capture_output=True,
             text=True,
             timeout=120,
         )
-        assert done.stdout.strip(), f"the SDK client printed nothing:\n{done.stderr[-3000:]}"
+        assert done.stdout.strip(), f"{name} printed nothing:\n{done.stderr[-3000:]}"
         report: dict[str, object] = json.loads(done.stdout)
         assert done.returncode == 0, (report, done.stderr[-3000:])
         return report

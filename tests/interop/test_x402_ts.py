@@ -10,12 +10,9 @@ import json
 
 import httpx
 import pytest
-from solana.rpc.async_api import AsyncClient
-from solana.rpc.commitment import Confirmed
 
-from svcpay.client import PaymentAuth
 from svcpay.localnet.process import Localnet
-from tests.interop.conftest import DEVNET, Market, Svcpay, Ts
+from tests.interop.conftest import DEVNET, Market, Svcpay, Ts, x402_payer
 from tests.interop.test_x402_sdk import DATA_PRICE, PRICE, balances, settled_in
 from tests.support.billing import USDC, Billing
 from tests.support.chain import Chain
@@ -94,20 +91,11 @@ async def test_payment_auth_pays_the_ts_server(
     checks of the transaction are the TypeScript ones: served, calling no facilitator itself."""
     server = ts.server(ts.facilitator(market.fee_payer_file), market, PRICE)
     before = balances(chain, market)
-    called: list[str] = []
-
-    def no_facilitator(request: httpx.Request) -> httpx.Response:
-        called.append(str(request.url))
-        return httpx.Response(599)
-
-    rpc = AsyncClient(validator.url, commitment=Confirmed)
-    async with httpx.AsyncClient(transport=httpx.MockTransport(no_facilitator)) as svcpay_fac:
-        auth = PaymentAuth(market.buyer, rpc=rpc, facilitator=svcpay_fac, max_per_request=USDC)
-        try:
-            async with httpx.AsyncClient(timeout=60) as http:
-                reply = await http.get(f"{server}/paid", auth=auth)
-        finally:
-            await rpc.close()
+    async with (
+        x402_payer(market, validator.url) as (auth, called),
+        httpx.AsyncClient(timeout=60) as http,
+    ):
+        reply = await http.get(f"{server}/paid", auth=auth)
 
     assert (reply.status_code, reply.json()) == (200, {"answer": "paid content"}), reply.text
     settled = json.loads(base64.b64decode(reply.headers["payment-response"]))

@@ -14,19 +14,14 @@ answer: {status, paymentResponse, body}. A payment the SDK refuses to make exits
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import sys
 from typing import Any
 
 import httpx
-from common import load_keypair
-from x402 import x402Client
+from common import payer_arguments, paying_client, print_report
 from x402.http import decode_payment_response_header
 from x402.http.clients import x402_httpx_transport
 from x402.http.clients.httpx import PaymentError
-from x402.mechanisms.svm import KeypairSigner
-from x402.mechanisms.svm.exact import register_exact_svm_client
 
 PAYMENT_HEADERS = ("payment-signature", "x-payment")
 
@@ -61,10 +56,7 @@ def outcome(reply: httpx.Response) -> dict[str, Any]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    client = x402Client()
-    register_exact_svm_client(client, KeypairSigner(load_keypair(args.keypair)), rpc_url=args.rpc)
-    # The SDK pays only the USDC mints it knows unless told otherwise: allow the local one.
-    client.set_spend_controls({"allowed_assets": [{"network": args.network, "asset": args.mint}]})
+    client = paying_client(args.keypair, args.rpc, args.network, args.mint)
     recording = Recording()
     async with httpx.AsyncClient(
         transport=x402_httpx_transport(client, recording), timeout=60
@@ -83,19 +75,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("url")
-    parser.add_argument("--keypair", required=True, help="the payer's keypair file")
-    parser.add_argument("--rpc", required=True, help="the cluster's JSON-RPC URL")
-    parser.add_argument("--network", required=True, help="its CAIP-2 id, as the SDK knows it")
-    parser.add_argument("--mint", required=True, help="the token the SDK may pay in")
-    parser.add_argument("--replay", action="store_true", help="then replay the payment")
-    args = parser.parse_args()
-    try:
-        result = asyncio.run(run(args))
-    except PaymentError as e:
-        print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
-        return 1
-    print(json.dumps(result))
-    return 0
+    return print_report(run, payer_arguments(parser).parse_args(), PaymentError)
 
 
 if __name__ == "__main__":

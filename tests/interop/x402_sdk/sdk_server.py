@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import gc
 
-from common import serve
+from common import seller_arguments, serve
 from fastapi import FastAPI
 from x402 import x402ResourceServer
 from x402.http import FacilitatorConfig, HTTPFacilitatorClient, PaymentOption
@@ -46,14 +46,7 @@ def create_app(args: argparse.Namespace) -> FastAPI:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    parser.add_argument("--facilitator", required=True, help="the facilitator's base URL")
-    parser.add_argument("--pay-to", required=True, help="the wallet paid (its ATA receives)")
-    parser.add_argument("--mint", required=True)
-    parser.add_argument("--network", required=True, help="CAIP-2 id")
-    parser.add_argument("--price", type=int, required=True, help="in base units of the mint")
+    parser = seller_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]))
     parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() before serving")
     args = parser.parse_args()
     app = create_app(args)

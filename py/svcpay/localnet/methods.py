@@ -24,7 +24,7 @@ from solders.pubkey import Pubkey
 from svcpay.localnet.fees import MAX_ACCOUNTS
 from svcpay.localnet.methods_tx import TransactionMethods
 from svcpay.localnet.node import RECENT_BLOCKHASHES, Node, TimeTravelError
-from svcpay.localnet.parsed import TOKEN, mint_decimals, ui_token_amount
+from svcpay.localnet.parsed import TOKEN
 from svcpay.localnet.rpc_errors import (
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
@@ -36,8 +36,11 @@ from svcpay.localnet.rpc_errors import (
 from svcpay.localnet.token_json import (
     NATIVE_MINT,
     PROGRAM_NAMES,
+    MintInfo,
+    mint_info,
     parse_token,
     token_account_fields,
+    ui_amount,
 )
 
 VERSION = {"solana-core": "3.0.0-svcpay-localnet", "feature-set": 0}
@@ -171,7 +174,7 @@ class Methods(TransactionMethods):
         encoding = config.get("encoding", "base64")
         data = bytes(acct.data)
         if encoding == "jsonParsed" and (
-            parsed := parse_token(str(acct.owner), data, lambda mint: self._decimals(mint, level))
+            parsed := parse_token(str(acct.owner), data, lambda mint: self._mint_info(mint, level))
         ):
             encoded: Any = parsed  # agave ignores dataSlice for what it parses
         else:
@@ -204,13 +207,17 @@ class Methods(TransactionMethods):
             "space": len(acct.data),
         }
 
-    def _decimals(self, mint: bytes, level: str) -> int | None:
-        """A mint's decimals as agave's token parsing reads them (None: no such mint)."""
+    def _mint_info(self, mint: bytes, level: str) -> MintInfo | None:
+        """What agave's token parsing reads of a mint: its decimals and UI-amount configs at
+        the cluster's unix time (None: no such mint, or not one)."""
         address = Pubkey.from_bytes(mint)
         if str(address) == NATIVE_MINT:
-            return 9
+            return MintInfo(9)
         acct = self.node.get_account(address, level)
-        return None if acct is None else mint_decimals(str(acct.owner), bytes(acct.data))
+        return None if acct is None else mint_info(bytes(acct.data), self._unix_timestamp())
+
+    def _unix_timestamp(self) -> int:
+        return int(self.node.svm.get_clock().unix_timestamp)
 
     def rpc_getAccountInfo(self, params: list[Any]) -> dict[str, Any]:
         address = pubkey(param(params, 0, "pubkey"))
@@ -257,20 +264,20 @@ class Methods(TransactionMethods):
         if fields is None:
             raise RpcError(INVALID_PARAMS, "Invalid param: not a Token account")
         mint, _, amount = fields
-        _, decimals = self._mint(Pubkey.from_bytes(mint), level)
-        return self._context(ui_token_amount(amount, decimals), self.node.slot_at(level))
+        _, info = self._mint(Pubkey.from_bytes(mint), level)
+        return self._context(ui_amount(amount, info), self.node.slot_at(level))
 
-    def _mint(self, mint: Pubkey, level: str) -> tuple[str, int]:
-        """(token program, decimals) of `mint`, refused as agave refuses a bad one."""
+    def _mint(self, mint: Pubkey, level: str) -> tuple[str, MintInfo]:
+        """(token program, MintInfo) of `mint`, refused as agave refuses a bad one."""
         if str(mint) == NATIVE_MINT:
-            return TOKEN, 9
+            return TOKEN, MintInfo(9)
         acct = self.node.get_account(mint, level)
         if acct is None:
             raise RpcError(INVALID_PARAMS, "Invalid param: could not find mint")
-        decimals = mint_decimals(str(acct.owner), bytes(acct.data))
-        if decimals is None:
+        info = mint_info(bytes(acct.data), self._unix_timestamp())
+        if info is None:
             raise RpcError(INVALID_PARAMS, "Invalid param: Token mint could not be unpacked")
-        return str(acct.owner), decimals
+        return str(acct.owner), info
 
     def rpc_getTokenAccountsByOwner(self, params: list[Any]) -> dict[str, Any]:
         owner = pubkey(param(params, 0, "pubkey"))

@@ -25,7 +25,7 @@ from svcpay.localnet.accounts import account_json, write_account_file
 from svcpay.localnet.process import localnet
 from svcpay.localnet.token_extensions import rust_float
 from svcpay.localnet.token_json import MintInfo, ui_amount
-from tests.support.chain import TICKS_PER_SLOT, Chain
+from tests.support.chain import TICKS_PER_SLOT, Chain, RpcError
 
 PARSED = {"encoding": "jsonParsed", "commitment": "confirmed"}
 MINT, ACCOUNT = 1, 2
@@ -329,6 +329,9 @@ def test_what_agave_cannot_list_or_unpack(chain: Chain) -> None:
         assert shown["decimals"] == 2 and "extensions" not in shown
     for address in (M_PAD, A_BAD, MULTISIG_0):  # not unpacked: base64
         assert data(chain, address) == [b64(DATA[address]), "base64"]
+    with pytest.raises(RpcError) as refused:
+        chain.rpc("getTokenAccountBalance", str(A_BAD), {"commitment": "confirmed"})
+    assert refused.value.code == -32602 and "not a Token account" in str(refused.value)
     sliced = {**PARSED, "dataSlice": {"offset": 0, "length": 4}}  # ignored for those too
     assert chain.rpc("getAccountInfo", str(A_BAD), sliced)["value"]["data"][0] == b64(DATA[A_BAD])
     # and lists of a token program's accounts under jsonParsed leave them out

@@ -41,6 +41,7 @@ from svcpay.localnet.token_json import (
     parse_token,
     token_account_fields,
     ui_amount,
+    unpacks_as_account,
 )
 
 VERSION = {"solana-core": "3.0.0-svcpay-localnet", "feature-set": 0}
@@ -263,8 +264,9 @@ class Methods(TransactionMethods):
         acct = self.node.get_account(address, level)
         if acct is None:
             raise RpcError(INVALID_PARAMS, "Invalid param: could not find account")
-        fields = token_account_fields(str(acct.owner), bytes(acct.data))
-        if fields is None:
+        data = bytes(acct.data)  # agave unpacks it whole (COption tags, the account type)
+        fields = token_account_fields(str(acct.owner), data)
+        if fields is None or not unpacks_as_account(data):
             raise RpcError(INVALID_PARAMS, "Invalid param: not a Token account")
         mint, _, amount = fields
         _, info = self._mint(Pubkey.from_bytes(mint), level)

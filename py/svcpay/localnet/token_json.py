@@ -245,6 +245,12 @@ def parse_token(owner: str, data: bytes, mint_of: MintOf) -> dict[str, Any] | No
     return {"program": program, "parsed": parsed, "space": len(data)}
 
 
+def unpacks_as_account(data: bytes) -> bool:
+    """Whether `StateWithExtensions::<Account>::unpack` reads `data` (getTokenAccountBalance's
+    test; the lists' filters test less, as token_account_fields does)."""
+    return _unpack_account(data) is not None
+
+
 def token_account_fields(owner: str, data: bytes) -> tuple[bytes, bytes, int] | None:
     """(mint, owner, amount) of an initialized token account of either token program."""
     if not is_token_account(owner, data):

@@ -13,8 +13,8 @@ import pytest
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from spl.token.constants import TOKEN_2022_PROGRAM_ID, TOKEN_PROGRAM_ID
-from spl.token.instructions import approve
-from spl.token.models import ApproveParams
+from spl.token.instructions import approve, mint_to
+from spl.token.models import ApproveParams, MintToParams
 
 from svcpay.protocol import token2022 as t22
 from tests.support.chain import Chain, RpcError
@@ -24,6 +24,7 @@ from tests.support.token2022 import HOOK, pyusd_like, t22_mint
 T22 = TOKEN_2022_PROGRAM_ID
 CONFIRMED = {"commitment": "confirmed"}
 PARSED = {"encoding": "jsonParsed", "commitment": "confirmed"}
+JSON_V0 = {"encoding": "json", "maxSupportedTransactionVersion": 0}
 BIG = 123_456_789_012_345_678  # more digits than a float holds
 
 
@@ -262,7 +263,15 @@ def test_an_interest_bearing_mints_accounts_show_the_accrued_amount(
         "currentRate": rate,
     }
     owner = Keypair().pubkey()
-    ata = chain.token_account(owner, mint, raw, program_id=T22)
+    ata = chain.token_account(owner, mint, program_id=T22)
+    grant = MintToParams(
+        program_id=T22, mint=mint, dest=ata, mint_authority=chain.payer.pubkey(), amount=raw
+    )
+    minted = chain.send_ok([mint_to(grant)], [chain.payer])
+    tx = chain.rpc("getTransaction", minted.signature, {**CONFIRMED, **JSON_V0})
+    # a transaction's token balances are never scaled: agave's ledger keeps the decimals only
+    (after_mint,) = tx["meta"]["postTokenBalances"]
+    assert after_mint["uiTokenAmount"] == amount(raw, 6, "1000000000")
     clock.advance(2)
 
     def amounts() -> list[Any]:

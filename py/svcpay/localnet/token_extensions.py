@@ -245,7 +245,6 @@ KINDS: dict[int, tuple[str, int, Layout | None]] = {
     28: ("permissionedBurnConfig", M, (_AUTHORITY,)),
 }
 INTEREST_BEARING, SCALED_UI_AMOUNT = 10, 25
-UNPARSEABLE: Json = {"extension": "unparseableExtension"}
 
 
 def tlv_entries(tlv: bytes) -> list[tuple[int, bytes]] | None:
@@ -300,7 +299,9 @@ def _ui_extension(kind: int, tlv: bytes, account_type: int) -> Json:
     state = None
     if value is not None:
         state = token_metadata(value) if layout == VARIABLE else _read(layout, value)
-    return UNPARSEABLE if state is None else {"extension": name, "state": state}
+    if state is None:
+        return {"extension": "unparseableExtension"}
+    return {"extension": name, "state": state}
 
 
 def ui_extensions(tlv: bytes, account_type: int) -> list[Json]:

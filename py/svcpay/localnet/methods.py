@@ -24,7 +24,7 @@ from solders.pubkey import Pubkey
 from svcpay.localnet.fees import MAX_ACCOUNTS
 from svcpay.localnet.methods_tx import TransactionMethods
 from svcpay.localnet.node import RECENT_BLOCKHASHES, Node
-from svcpay.localnet.parsed import TOKEN, mint_decimals, ui_token_amount
+from svcpay.localnet.parsed import TOKEN
 from svcpay.localnet.records import TimeTravelError
 from svcpay.localnet.rpc_errors import (
     INVALID_PARAMS,
@@ -37,8 +37,12 @@ from svcpay.localnet.rpc_errors import (
 from svcpay.localnet.token_json import (
     NATIVE_MINT,
     PROGRAM_NAMES,
+    MintInfo,
+    mint_info,
     parse_token,
     token_account_fields,
+    ui_amount,
+    unpacks_as_account,
 )
 
 VERSION = {"solana-core": "3.0.0-svcpay-localnet", "feature-set": 0}
@@ -171,10 +175,11 @@ class Methods(TransactionMethods):
             return None
         encoding = config.get("encoding", "base64")
         data = bytes(acct.data)
-        if encoding == "jsonParsed" and (
-            parsed := parse_token(str(acct.owner), data, lambda mint: self._decimals(mint, level))
-        ):
-            encoded: Any = parsed  # agave ignores dataSlice for what it parses
+        if encoding == "jsonParsed" and str(acct.owner) in PROGRAM_NAMES:
+            # agave parses a token program's account or answers all of it in base64: it
+            # ignores dataSlice either way
+            parsed = parse_token(str(acct.owner), data, lambda mint: self._mint_info(mint, level))
+            encoded: Any = parsed or [base64.b64encode(data).decode(), "base64"]
         else:
             if (s := config.get("dataSlice")) is not None:
                 offset, length = (
@@ -205,13 +210,17 @@ class Methods(TransactionMethods):
             "space": len(acct.data),
         }
 
-    def _decimals(self, mint: bytes, level: str) -> int | None:
-        """A mint's decimals as agave's token parsing reads them (None: no such mint)."""
+    def _mint_info(self, mint: bytes, level: str) -> MintInfo | None:
+        """What agave's token parsing reads of a mint: its decimals and UI-amount configs at
+        the cluster's unix time (None: no such mint, or not one)."""
         address = Pubkey.from_bytes(mint)
         if str(address) == NATIVE_MINT:
-            return 9
+            return MintInfo(9)
         acct = self.node.get_account(address, level)
-        return None if acct is None else mint_decimals(str(acct.owner), bytes(acct.data))
+        return None if acct is None else mint_info(bytes(acct.data), self._unix_timestamp())
+
+    def _unix_timestamp(self) -> int:
+        return int(self.node.svm.get_clock().unix_timestamp)
 
     def rpc_getAccountInfo(self, params: list[Any]) -> dict[str, Any]:
         address = pubkey(param(params, 0, "pubkey"))
@@ -243,6 +252,8 @@ class Methods(TransactionMethods):
             if all(_matches(f, data) for f in filters):
                 account = self._account_json(acct, config, level)
                 out.append({"pubkey": str(address), "account": account})
+        if str(program) in PROGRAM_NAMES:
+            out = _parsed_only(out, config)
         return self._context(out, self.node.slot_at(level)) if config.get("withContext") else out
 
     def rpc_getTokenAccountBalance(self, params: list[Any]) -> dict[str, Any]:
@@ -254,24 +265,25 @@ class Methods(TransactionMethods):
         acct = self.node.get_account(address, level)
         if acct is None:
             raise RpcError(INVALID_PARAMS, "Invalid param: could not find account")
-        fields = token_account_fields(str(acct.owner), bytes(acct.data))
-        if fields is None:
+        data = bytes(acct.data)  # agave unpacks it whole (COption tags, the account type)
+        fields = token_account_fields(str(acct.owner), data)
+        if fields is None or not unpacks_as_account(data):
             raise RpcError(INVALID_PARAMS, "Invalid param: not a Token account")
         mint, _, amount = fields
-        _, decimals = self._mint(Pubkey.from_bytes(mint), level)
-        return self._context(ui_token_amount(amount, decimals), self.node.slot_at(level))
+        _, info = self._mint(Pubkey.from_bytes(mint), level)
+        return self._context(ui_amount(amount, info), self.node.slot_at(level))
 
-    def _mint(self, mint: Pubkey, level: str) -> tuple[str, int]:
-        """(token program, decimals) of `mint`, refused as agave refuses a bad one."""
+    def _mint(self, mint: Pubkey, level: str) -> tuple[str, MintInfo]:
+        """(token program, MintInfo) of `mint`, refused as agave refuses a bad one."""
         if str(mint) == NATIVE_MINT:
-            return TOKEN, 9
+            return TOKEN, MintInfo(9)
         acct = self.node.get_account(mint, level)
         if acct is None:
             raise RpcError(INVALID_PARAMS, "Invalid param: could not find mint")
-        decimals = mint_decimals(str(acct.owner), bytes(acct.data))
-        if decimals is None:
+        info = mint_info(bytes(acct.data), self._unix_timestamp())
+        if info is None:
             raise RpcError(INVALID_PARAMS, "Invalid param: Token mint could not be unpacked")
-        return str(acct.owner), decimals
+        return str(acct.owner), info
 
     def rpc_getTokenAccountsByOwner(self, params: list[Any]) -> dict[str, Any]:
         owner = pubkey(param(params, 0, "pubkey"))
@@ -301,7 +313,7 @@ class Methods(TransactionMethods):
             {"pubkey": str(address), "account": self._account_json(acct, config, level)}
             for _, address, acct in found
         ]
-        return self._context(value, self.node.slot_at(level))
+        return self._context(_parsed_only(value, config), self.node.slot_at(level))
 
     def rpc_requestAirdrop(self, params: list[Any]) -> str:
         address = pubkey(param(params, 0, "pubkey"))
@@ -309,6 +321,14 @@ class Methods(TransactionMethods):
         if not isinstance(lamports, int) or lamports <= 0:
             raise RpcError(INVALID_PARAMS, "Invalid param: lamports must be a positive integer")
         return self.node.airdrop(address, lamports)
+
+
+def _parsed_only(keyed: list[dict[str, Any]], config: dict[str, Any]) -> list[dict[str, Any]]:
+    """A token program's accounts as agave lists them under jsonParsed: those it parses only
+    (get_parsed_token_accounts drops the rest)."""
+    if config.get("encoding") != "jsonParsed":
+        return keyed
+    return [k for k in keyed if isinstance(k["account"]["data"], dict)]
 
 
 def _positional(params: list[Any] | dict[str, Any] | None, required: int, total: int) -> list[Any]:

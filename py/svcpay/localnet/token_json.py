@@ -1,119 +1,224 @@
 """SPL Token and Token-2022 accounts as agave 4.2's `jsonParsed` shows them
-(solana-account-decoder's parse_token): token accounts, mints and multisigs, with the amount
-strings of `real_number_string_trimmed` (parsed.ui_token_amount).
+(solana-account-decoder's parse_token): token accounts, mints and multisigs, with their
+Token-2022 extensions (token_extensions.py) and UI amounts as agave computes them: the plain
+`real_number_string_trimmed`, or scaled by the mint's InterestBearingConfig or
+ScaledUiAmountConfig at the cluster's unix time.
 
-Parsed where agave parses and with its field names; what this module cannot show as agave
-would (a Token-2022 extension other than ImmutableOwner) is left unparsed, and the caller
-answers base64 as agave does for any account it cannot parse.
+Parsed where agave parses (spl-token-2022's `StateWithExtensions::unpack`: an initialized base
+state, zero padding and the right account type byte before any extensions) and with its field
+names; what agave cannot parse, the caller answers as base64, as agave does.
 """
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import base58
 
+from svcpay.localnet import token_extensions as ext
 from svcpay.localnet.parsed import TOKEN, TOKEN_2022, is_token_account, ui_token_amount
 
 NATIVE_MINT = "So11111111111111111111111111111111111111112"  # 9 decimals, even where absent
 PROGRAM_NAMES = {TOKEN: "spl-token", TOKEN_2022: "spl-token-2022"}
 ACCOUNT_LEN, MINT_LEN, MULTISIG_LEN = 165, 82, 355
-_ACCOUNT_TYPE_MINT, _ACCOUNT_TYPE_ACCOUNT = 1, 2
-_STATES = {0: "uninitialized", 1: "initialized", 2: "frozen"}
-_EXTENSIONS = {7: "immutableOwner"}  # type id -> agave's name, for state-less extensions
+_STATES = {1: "initialized", 2: "frozen"}
+_SECONDS_PER_YEAR = 60.0 * 60.0 * 24.0 * 365.24
+_I64 = range(-(2**63), 2**63)
 
-Decimals = Callable[[bytes], int | None]  # a mint's address -> its decimals (None: unknown)
+
+@dataclass(frozen=True)
+class MintInfo:
+    """What agave reads of a token account's mint to show its amounts (its
+    SplTokenAdditionalDataV2): the decimals, and the UI-amount configs with the clock's time."""
+
+    decimals: int
+    interest: bytes | None = None  # an InterestBearingConfig's 52 bytes
+    scaled: bytes | None = None  # a ScaledUiAmountConfig's 56 bytes
+    unix_timestamp: int = 0
+
+
+MintOf = Callable[[bytes], MintInfo | None]  # a mint's address -> its info (None: unknown)
 
 
 def _b58(raw: bytes) -> str:
     return base58.b58encode(raw).decode()
 
 
-def _option_key(data: bytes, at: int) -> str | None:
-    tag = struct.unpack_from("<I", data, at)[0]
-    return _b58(data[at + 4 : at + 36]) if tag == 1 else None
+def _coption(data: bytes, at: int) -> tuple[bool, str | None]:
+    """(valid, key) of a COption<Pubkey>: its tag is 0 or 1, anything else fails unpacking."""
+    tag = data[at : at + 4]
+    if tag not in (b"\0\0\0\0", b"\1\0\0\0"):
+        return False, None
+    return True, (_b58(data[at + 4 : at + 36]) if tag[0] == 1 else None)
 
 
-def _extensions(data: bytes, account_type: int) -> list[dict[str, Any]] | None:
-    """The TLV extensions after the padded base state, or None when one is not shown here
-    (or the data is not this account type)."""
-    if len(data) == ACCOUNT_LEN or len(data) < ACCOUNT_LEN + 1 or data[ACCOUNT_LEN] != account_type:
-        return [] if len(data) in (ACCOUNT_LEN, MINT_LEN) else None
-    out: list[dict[str, Any]] = []
-    at = ACCOUNT_LEN + 1
-    while at + 4 <= len(data):
-        kind, length = struct.unpack_from("<HH", data, at)
-        if kind == 0:  # uninitialized space: the list ends
-            break
-        if kind not in _EXTENSIONS or at + 4 + length > len(data):
-            return None
-        out.append({"extension": _EXTENSIONS[kind]})
-        at += 4 + length
-    return out
-
-
-def _token_account(data: bytes, decimals: Decimals) -> dict[str, Any] | None:
-    if len(data) < ACCOUNT_LEN or (
-        len(data) > ACCOUNT_LEN and data[ACCOUNT_LEN] != _ACCOUNT_TYPE_ACCOUNT
-    ):
+def _tlv(data: bytes, base_len: int, account_type: int) -> bytes | None:
+    """The TLV data after a base state of `base_len` bytes (b"" without any), or None where
+    `unpack_tlv_data` fails: padding not zero, a short rest, the other account type."""
+    rest = data[base_len:]
+    if not rest:
+        return b""
+    type_at = ACCOUNT_LEN - base_len
+    if len(rest) < type_at + 1 or any(rest[:type_at]) or rest[type_at] != account_type:
         return None
-    if len(data) == MULTISIG_LEN or data[108] not in (1, 2):  # uninitialized: not an account
+    return rest[type_at + 1 :]
+
+
+def mint_info(data: bytes, unix_timestamp: int) -> MintInfo | None:
+    """A mint's MintInfo as agave's `get_additional_mint_data` reads it (whoever owns it), or
+    None where `StateWithExtensions::<Mint>::unpack` fails."""
+    unpacked = _unpack_mint(data)
+    if unpacked is None:
         return None
-    extensions = _extensions(data, _ACCOUNT_TYPE_ACCOUNT)
-    places = decimals(data[:32])
-    if extensions is None or places is None:
+    _, tlv = unpacked
+    return MintInfo(
+        decimals=data[44],
+        interest=ext.extension_value(tlv, ext.INTEREST_BEARING, ext.ACCOUNT_TYPE_MINT),
+        scaled=ext.extension_value(tlv, ext.SCALED_UI_AMOUNT, ext.ACCOUNT_TYPE_MINT),
+        unix_timestamp=unix_timestamp,
+    )
+
+
+# -- UI amounts (token_amount_to_ui_amount_v3) ---------------------------------------------
+def _pow10(exp: int) -> float:
+    """num_traits::pow(10_f64, exp): squaring and multiplying, as agave rounds it."""
+    base, acc = 10.0, 1.0
+    while exp:
+        if exp & 1:
+            acc *= base
+        exp >>= 1
+        if exp:
+            base *= base
+    return acc
+
+
+def _exp(x: float) -> float:
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+def _fixed(x: float, decimals: int) -> str:
+    """format!("{x:.decimals$}") then trim_ui_amount_string."""
+    text = "NaN" if math.isnan(x) else f"{x:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if decimals > 0 else text
+
+
+def _interest_ui(cfg: bytes, amount: int, decimals: int, now: int) -> str | None:
+    init, last = ext.i64_at(cfg, 32), ext.i64_at(cfg, 42)
+    pre_rate, rate = ext.i16_at(cfg, 40), ext.i16_at(cfg, 50)
+    pre_span, post_span = last - init, now - last
+    if pre_span not in _I64 or post_span not in _I64:
+        return None  # checked_sub overflows: no UI amount
+    pre = _exp(float(pre_rate * pre_span) / _SECONDS_PER_YEAR / 10_000.0)
+    post = _exp(float(rate * post_span) / _SECONDS_PER_YEAR / 10_000.0)
+    return _fixed(float(amount) * (pre * post / _pow10(decimals)), decimals)
+
+
+def _scaled_ui(cfg: bytes, amount: int, decimals: int, now: int) -> str:
+    multiplier = ext.f64_at(cfg, 48) if now >= ext.i64_at(cfg, 40) else ext.f64_at(cfg, 32)
+    scaled = float(amount) * multiplier
+    truncated = float(math.trunc(scaled)) if math.isfinite(scaled) else scaled
+    return _fixed(truncated / _pow10(decimals), decimals)
+
+
+def ui_amount(amount: int, mint: MintInfo) -> dict[str, Any]:
+    """A UiTokenAmount as agave shows an account's (or a supply's) amount of `mint`."""
+    if mint.interest is None and mint.scaled is None:
+        return ui_token_amount(amount, mint.decimals)
+    if mint.interest is not None:
+        text = _interest_ui(mint.interest, amount, mint.decimals, mint.unix_timestamp)
+    else:
+        assert mint.scaled is not None
+        text = _scaled_ui(mint.scaled, amount, mint.decimals, mint.unix_timestamp)
+    value = float(text) if text is not None else None
+    return {
+        "uiAmount": value if value is not None and math.isfinite(value) else None,
+        "decimals": mint.decimals,
+        "amount": str(amount),
+        "uiAmountString": text or "",
+    }
+
+
+# -- accounts, mints, multisigs ------------------------------------------------------------
+def _unpack_account(data: bytes) -> tuple[dict[str, Any], bytes] | None:
+    """The base fields and TLV data of an initialized token account, or None."""
+    if len(data) < ACCOUNT_LEN or len(data) == MULTISIG_LEN or data[108] not in _STATES:
         return None
-    amount, native_tag = struct.unpack_from("<QI", data, 64)[0], data[109]
+    delegate, close = _coption(data, 72), _coption(data, 129)
+    native = data[109:113]
+    if not (delegate[0] and close[0]) or native not in (b"\0\0\0\0", b"\1\0\0\0"):
+        return None
+    tlv = _tlv(data, ACCOUNT_LEN, ext.ACCOUNT_TYPE_ACCOUNT)
+    if tlv is None:
+        return None
+    fields = {"delegate": delegate[1], "close": close[1], "native": native[0] == 1}
+    return fields, tlv
+
+
+def _token_account(data: bytes, mint_of: MintOf) -> dict[str, Any] | None:
+    unpacked = _unpack_account(data)
+    if unpacked is None:
+        return None
+    fields, tlv = unpacked
+    mint = mint_of(data[:32])
+    if mint is None:  # agave needs the mint's data too
+        return None
     info: dict[str, Any] = {
         "mint": _b58(data[:32]),
         "owner": _b58(data[32:64]),
-        "tokenAmount": ui_token_amount(amount, places),
+        "tokenAmount": ui_amount(struct.unpack_from("<Q", data, 64)[0], mint),
     }
-    delegate = _option_key(data, 72)
-    if delegate is not None:
-        info["delegate"] = delegate
+    if fields["delegate"] is not None:
+        info["delegate"] = fields["delegate"]
     info["state"] = _STATES[data[108]]
-    info["isNative"] = native_tag == 1
-    if native_tag == 1:
-        info["rentExemptReserve"] = ui_token_amount(struct.unpack_from("<Q", data, 113)[0], places)
-    if delegate is not None:
-        info["delegatedAmount"] = ui_token_amount(struct.unpack_from("<Q", data, 121)[0], places)
-    close = _option_key(data, 129)
-    if close is not None:
-        info["closeAuthority"] = close
-    if extensions:
+    info["isNative"] = fields["native"]
+    if fields["native"]:
+        info["rentExemptReserve"] = ui_amount(struct.unpack_from("<Q", data, 113)[0], mint)
+    if fields["delegate"] is not None:
+        info["delegatedAmount"] = ui_amount(struct.unpack_from("<Q", data, 121)[0], mint)
+    if fields["close"] is not None:
+        info["closeAuthority"] = fields["close"]
+    if extensions := ext.ui_extensions(tlv, ext.ACCOUNT_TYPE_ACCOUNT):
         info["extensions"] = extensions
     return {"type": "account", "info": info}
 
 
+def _unpack_mint(data: bytes) -> tuple[dict[str, Any], bytes] | None:
+    """The base fields and TLV data of an initialized mint, or None."""
+    if len(data) < MINT_LEN or len(data) == MULTISIG_LEN or data[45] != 1:
+        return None
+    authority, freeze = _coption(data, 0), _coption(data, 46)
+    tlv = _tlv(data, MINT_LEN, ext.ACCOUNT_TYPE_MINT)
+    if not (authority[0] and freeze[0]) or tlv is None:
+        return None
+    return {"mintAuthority": authority[1], "freezeAuthority": freeze[1]}, tlv
+
+
 def _mint(data: bytes) -> dict[str, Any] | None:
-    if len(data) != MINT_LEN and (
-        len(data) <= ACCOUNT_LEN or data[ACCOUNT_LEN] != _ACCOUNT_TYPE_MINT
-    ):
+    unpacked = _unpack_mint(data)
+    if unpacked is None:
         return None
-    if len(data) > MINT_LEN and any(data[MINT_LEN:ACCOUNT_LEN]):  # the padding is zeros
-        return None
-    if data[45] != 1:
-        return None
-    extensions = _extensions(data, _ACCOUNT_TYPE_MINT)
-    if extensions is None:
-        return None
+    keys, tlv = unpacked
     info: dict[str, Any] = {
-        "mintAuthority": _option_key(data, 0),
+        "mintAuthority": keys["mintAuthority"],
         "supply": str(struct.unpack_from("<Q", data, 36)[0]),
         "decimals": data[44],
         "isInitialized": True,
-        "freezeAuthority": _option_key(data, 46),
+        "freezeAuthority": keys["freezeAuthority"],
     }
-    if extensions:
+    if extensions := ext.ui_extensions(tlv, ext.ACCOUNT_TYPE_MINT):
         info["extensions"] = extensions
     return {"type": "mint", "info": info}
 
 
 def _multisig(data: bytes) -> dict[str, Any] | None:
-    if len(data) != MULTISIG_LEN:
+    if len(data) != MULTISIG_LEN or data[2] != 1:  # agave unpacks initialized ones only
         return None
     signers = [data[3 + 32 * i : 35 + 32 * i] for i in range(11)]
     return {
@@ -121,23 +226,29 @@ def _multisig(data: bytes) -> dict[str, Any] | None:
         "info": {
             "numRequiredSigners": data[0],
             "numValidSigners": data[1],
-            "isInitialized": data[2] == 1,
+            "isInitialized": True,
             "signers": [_b58(s) for s in signers if any(s)],
         },
     }
 
 
-def parse_token(owner: str, data: bytes, decimals: Decimals) -> dict[str, Any] | None:
+def parse_token(owner: str, data: bytes, mint_of: MintOf) -> dict[str, Any] | None:
     """`{"program", "parsed", "space"}` as jsonParsed shows a token program's account, or
     None (answer base64): not a token program's, not parsable, or a token account whose
-    mint's decimals are unknown (agave needs them too)."""
+    mint is unknown (agave needs its decimals too)."""
     program = PROGRAM_NAMES.get(owner)
     if program is None:
         return None
-    parsed = _token_account(data, decimals) or _mint(data) or _multisig(data)
+    parsed = _token_account(data, mint_of) or _mint(data) or _multisig(data)
     if parsed is None:
         return None
     return {"program": program, "parsed": parsed, "space": len(data)}
+
+
+def unpacks_as_account(data: bytes) -> bool:
+    """Whether `StateWithExtensions::<Account>::unpack` reads `data` (getTokenAccountBalance's
+    test; the lists' filters test less, as token_account_fields does)."""
+    return _unpack_account(data) is not None
 
 
 def token_account_fields(owner: str, data: bytes) -> tuple[bytes, bytes, int] | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from mcp import Client
@@ -54,6 +55,7 @@ class Shop:
         protocols: Sequence[str] = ("svcpay", "x402", "mpp"),
         max_per_request: int = USDC,
         policy: SpendingPolicy | None = None,
+        **options: Any,
     ) -> PaymentAuth:
         return PaymentAuth(
             payer,
@@ -62,6 +64,7 @@ class Shop:
             facilitator=self.market.fac.http,
             protocols=protocols,
             policy=policy,
+            **options,
         )
 
     @asynccontextmanager

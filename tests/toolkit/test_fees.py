@@ -21,6 +21,8 @@ from svcpay.localnet.process import Localnet
 from svcpay.program.client import BillingClient
 from svcpay.protocol.programs import COMPUTE_BUDGET
 from svcpay.rpc.fees import FeeSettings, PriorityFees, compute_limit, percentile_of
+from tests.facilitator.test_x402 import open_market
+from tests.mcp.conftest import Shop, paid_server
 from tests.support.chain import Chain
 
 pytestmark = pytest.mark.anyio
@@ -85,8 +87,17 @@ async def test_the_facilitators_transactions_carry_the_estimate_and_a_measured_l
         client = BillingClient(rpc, fees=fees)
         ix = transfer(TransferParams(from_pubkey=payer.pubkey(), to_pubkey=hot, lamports=10**6))
         receipt = await client.send([ix], [payer])
+    budget = compute_budget(chain, receipt.signature)
+    assert budget[3] == max(PRICES)  # the price: the estimate
+    used = receipt.compute_units
+    assert used <= budget[2] <= compute_limit(used) + 500, (used, budget)  # measured, not 200k
+    assert BillingClient(rpc).budget_bytes == 0 and client.budget_bytes == 53
+
+
+def compute_budget(chain: Chain, signature: str) -> dict[int, int]:
+    """The ComputeBudget settings of a landed transaction: {2: limit, 3: price}."""
     config = {"encoding": "base64", "commitment": "confirmed", "maxSupportedTransactionVersion": 0}
-    landed = chain.rpc("getTransaction", receipt.signature, config)
+    landed = chain.rpc("getTransaction", signature, config)
     tx = VersionedTransaction.from_bytes(base64.b64decode(landed["transaction"][0]))
     budget: dict[int, int] = {}
     keys = tx.message.account_keys
@@ -94,7 +105,26 @@ async def test_the_facilitators_transactions_carry_the_estimate_and_a_measured_l
         if keys[cix.program_id_index] == COMPUTE_BUDGET:
             data = bytes(cix.data)
             budget[data[0]] = struct.unpack_from("<I" if data[0] == 2 else "<Q", data, 1)[0]
-    assert budget[3] == max(PRICES)  # the price: the estimate
-    used = receipt.compute_units
-    assert used <= budget[2] <= compute_limit(used) + 500, (used, budget)  # measured, not 200k
-    assert BillingClient(rpc).budget_bytes == 0 and client.budget_bytes == 53
+    return budget
+
+
+@pytest.mark.parametrize("protocol", ["svcpay", "x402", "mpp"])
+async def test_a_clients_payment_carries_the_estimate(
+    validator: Localnet, chain: Chain, protocol: str
+) -> None:
+    """`PaymentAuth` prices the transfers it signs from the fees recently paid to write the
+    payee's account (issue 37), within each facilitator's bounds; without an estimate, 1."""
+    async with open_market(validator, chain) as market:
+        for price in PRICES:
+            pay_hot(chain, market.ata, price)
+        shop = Shop(market, *paid_server(market, []))
+        payer = shop.buyer()
+        prices = []
+        for settings in (FeeSettings(percentile=100), None):
+            auth = shop.auth(payer, (protocol,), priority_fees=settings)
+            async with shop.client(auth) as paying:
+                paid = await paying.call_tool("forecast", {"city": "Lisbon"})
+            signature = paid.receipt.get("transaction") or paid.receipt.get("reference")
+            assert paid.protocol == protocol and signature, paid.receipt
+            prices.append(compute_budget(chain, signature)[3])
+    assert prices == [max(PRICES), 1]

@@ -19,6 +19,7 @@ from svcpay.protocol.headers import X_PAYMENT, X_SVC_SUB
 from svcpay.protocol.mints import ChainMints, MintUnavailable
 from svcpay.protocol.models import PaymentOption, PaymentRequired, ProtocolError
 from svcpay.rpc.cluster import Cluster, cluster_of
+from svcpay.rpc.fees import PriorityFees
 from svcpay.schemes.mpp_charge import client as charge_client
 from svcpay.schemes.svcpay_proof import client as proof_client
 from svcpay.schemes.x402_exact import client as x402
@@ -35,6 +36,7 @@ class OneTimePayments(SpendingLimits):
     subscriptions: dict[str, str]
     protocols: tuple[str, ...]
     mints: ChainMints
+    fees: PriorityFees | None
     x402: ExactSvmClient
     charges: charge_client.ChargeClient
     networks: frozenset[str] | None
@@ -169,7 +171,7 @@ class OneTimePayments(SpendingLimits):
 
     async def _pay_through(self, facilitator: httpx.AsyncClient, option: PaymentOption) -> str:
         return await proof_client.authorize(
-            facilitator, self.rpc, self.owner, option, mints=self.mints
+            facilitator, self.rpc, self.owner, option, mints=self.mints, fees=self.fees
         )
 
     async def _cost(self, mint: str, price: int) -> int:

@@ -63,6 +63,7 @@ from svcpay.protocol.errors import (
 from svcpay.protocol.headers import X_SVC_SUB
 from svcpay.protocol.mints import ChainMints
 from svcpay.rpc.cluster import Cluster
+from svcpay.rpc.fees import FeeSettings, PriorityFees
 from svcpay.schemes.mpp_charge import client as charge_client
 from svcpay.schemes.session.client import SessionOffer, Tabs, tab_key
 from svcpay.schemes.svcpay_proof import client as proof_client
@@ -100,6 +101,7 @@ class PaymentAuth(SessionPayments, OneTimePayments, httpx.Auth):
         tabs: Tabs | None = None,
         protocols: Sequence[str] = ("svcpay", "x402", "mpp"),
         policy: SpendingPolicy | None = None,
+        priority_fees: FeeSettings | None = FeeSettings(),  # noqa: B008 (frozen)
     ) -> None:
         """Args:
         owner: the wallet that pays (token authority of its associated token accounts).
@@ -125,6 +127,10 @@ class PaymentAuth(SessionPayments, OneTimePayments, httpx.Auth):
             subscription, x402 `exact`, MPP `charge`); sessions come first when offered.
         policy: a `SpendingPolicy` beside the limits: the origins and assets this client
             may pay, a cap per payment, per origin per day, and a daily budget.
+        priority_fees: the compute-unit price of the payments this client signs, from the
+            cluster's recent fees for the accounts they write (the fee payer, the payee) at
+            a percentile, within a floor and a cap (default: the median, 1 to 100,000
+            micro-lamports; each facilitator bounds what it sponsors); None: 1.
         """
         self.owner, self.rpc, self.facilitator = owner, rpc, facilitator
         self.max_per_request, self.max_per_period, self.period_secs = (
@@ -139,8 +145,9 @@ class PaymentAuth(SessionPayments, OneTimePayments, httpx.Auth):
         self._cluster: Cluster | None = None
         self.allowed_tokens = None if allowed_tokens is None else frozenset(allowed_tokens)
         self.mints = ChainMints(rpc)  # one cache for every scheme's payments
-        self.x402 = x402.ExactSvmClient(owner, rpc, mints=self.mints)
-        self.charges = charge_client.ChargeClient(owner, rpc, self.mints)
+        self.fees = None if priority_fees is None else PriorityFees(rpc, priority_fees)
+        self.x402 = x402.ExactSvmClient(owner, rpc, mints=self.mints, fees=self.fees)
+        self.charges = charge_client.ChargeClient(owner, rpc, self.mints, self.fees)
         if unknown := [p for p in protocols if p not in PROTOCOLS]:
             raise ValueError(f"unknown protocols {unknown}: choose among {list(PROTOCOLS)}")
         self.protocols = tuple(protocols)

@@ -87,6 +87,13 @@ class PriorityFees:
         return price
 
 
+async def unit_price(fees: PriorityFees | None, writable: Sequence[Pubkey], default: int) -> int:
+    """The compute-unit price of a payment a client builds: `fees`' estimate over the
+    accounts it writes that others write too (the fee payer, the payee), or `default` (the
+    fixed price of before) without `fees`."""
+    return default if fees is None else await fees.price(writable)
+
+
 def compute_limit(units_consumed: int) -> int:
     """A compute-unit limit for a transaction a simulation measured at `units_consumed`."""
     return min(MAX_COMPUTE_UNIT_LIMIT, int(units_consumed * LIMIT_MARGIN) + LIMIT_SLACK)

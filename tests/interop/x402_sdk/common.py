@@ -1,6 +1,7 @@
 """What the SDK programs here share: keypair files, the paying client, serving an app and
 saying when it is ready. Runs in the SDK's environment (scripts/x402-sdk), never in
-svcpay's."""
+svcpay's; pay-kit's programs (tests/interop/pay_kit, another environment, without x402)
+import it too, so x402 is imported only where a paying client is made."""
 
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ import signal
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from solders.keypair import Keypair
-from x402 import x402Client
-from x402.mechanisms.svm import KeypairSigner
-from x402.mechanisms.svm.exact import register_exact_svm_client
+
+if TYPE_CHECKING:
+    from x402 import x402Client
 
 
 def load_keypair(path: str) -> Keypair:
@@ -28,6 +29,10 @@ def load_keypair(path: str) -> Keypair:
 def paying_client(keypair: str, rpc: str, network: str, mint: str) -> x402Client:
     """The SDK's async payment client with the exact SVM scheme, paying as the keypair
     file's wallet and building transactions with `rpc`."""
+    from x402 import x402Client
+    from x402.mechanisms.svm import KeypairSigner
+    from x402.mechanisms.svm.exact import register_exact_svm_client
+
     client = x402Client()
     register_exact_svm_client(client, KeypairSigner(load_keypair(keypair)), rpc_url=rpc)
     # The SDK pays only the USDC mints it knows unless told otherwise: allow the local one.

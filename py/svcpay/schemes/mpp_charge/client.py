@@ -32,6 +32,7 @@ from spl.token.models import TransferCheckedParams
 from svcpay.protocol import mpp
 from svcpay.protocol.mints import ChainMints, MintUnavailable
 from svcpay.protocol.programs import MEMO_PROGRAM, TOKEN_2022_PROGRAM, TOKEN_PROGRAM
+from svcpay.rpc.fees import PriorityFees, unit_price
 from svcpay.schemes.mpp_charge.wire import INTENT, METHOD
 from svcpay.schemes.x402_exact.svm import associated_token_address
 
@@ -128,8 +129,14 @@ class ChargeClient:
     """Builds credentials for charge offers, paying from `owner`'s associated token account
     (a Token-2022 mint's fee schedule and hook read through `mints`, cached)."""
 
-    def __init__(self, owner: Keypair, rpc: AsyncClient, mints: ChainMints | None = None) -> None:
-        self.owner, self.rpc = owner, rpc
+    def __init__(
+        self,
+        owner: Keypair,
+        rpc: AsyncClient,
+        mints: ChainMints | None = None,
+        fees: PriorityFees | None = None,
+    ) -> None:
+        self.owner, self.rpc, self.fees = owner, rpc, fees
         self.mints = mints if mints is not None else ChainMints(rpc)
 
     async def cost(self, offer: ChargeOffer) -> int:
@@ -144,8 +151,11 @@ class ChargeClient:
             raise CannotPay(f"cannot read the mint {offer.mint}: {e}") from e
 
     async def transaction(
-        self, offer: ChargeOffer, *, compute_unit_price: int = COMPUTE_UNIT_PRICE
+        self, offer: ChargeOffer, *, compute_unit_price: int | None = None
     ) -> VersionedTransaction:
+        """The transaction paying `offer`, signed by the payer (and the fee payer's slot
+        left empty when the server sponsors it); `compute_unit_price` fixes the price, else
+        `fees` estimates it (else COMPUTE_UNIT_PRICE)."""
         mint = Pubkey.from_string(offer.mint)
         program = Pubkey.from_string(offer.token_program)
         payer = self.owner.pubkey()
@@ -175,6 +185,9 @@ class ChargeClient:
         )
         if hook:
             transfer = Instruction(transfer.program_id, transfer.data, [*transfer.accounts, *hook])
+        fee_payer = Pubkey.from_string(offer.fee_payer) if offer.fee_payer else payer
+        if compute_unit_price is None:
+            compute_unit_price = await unit_price(self.fees, [fee_payer, dest], COMPUTE_UNIT_PRICE)
         ixs = [
             set_compute_unit_limit(limit),
             set_compute_unit_price(compute_unit_price),
@@ -186,7 +199,6 @@ class ChargeClient:
             blockhash = Hash.from_string(offer.recent_blockhash)
         else:
             blockhash = (await self.rpc.get_latest_blockhash(Confirmed)).value.blockhash
-        fee_payer = Pubkey.from_string(offer.fee_payer) if offer.fee_payer else payer
         msg = MessageV0.try_compile(fee_payer, ixs, [], blockhash)
         own = self.owner.sign_message(to_bytes_versioned(msg))
         sigs = [Signature.default(), own] if offer.fee_payer else [own]

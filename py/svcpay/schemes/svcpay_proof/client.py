@@ -31,6 +31,7 @@ from svcpay.protocol.errors import InsufficientFunds, PaymentError
 from svcpay.protocol.mints import ChainMints, MintUnavailable
 from svcpay.protocol.models import PaymentOption
 from svcpay.protocol.programs import MEMO_PROGRAM, TOKEN_2022_PROGRAM
+from svcpay.rpc.fees import PriorityFees, unit_price
 
 # build_payment's priority fee: x402 facilitators require a price instruction, svcpay's
 # /authorize accepts one (at most 1,000,000); 1 micro-lamport a unit adds under 1 lamport.
@@ -51,13 +52,15 @@ async def authorize(
     patience: float = SETTLE_PATIENCE_SECS,
     *,
     mints: ChainMints | None = None,
+    fees: PriorityFees | None = None,
 ) -> str:
     """The proof (base64, `X-PAYMENT`'s value) of `owner` paying `option` once, settled by
     `facilitator` (an httpx client on its base URL). InsufficientFunds or PaymentError when
-    it refuses. `mints` reads the mint (default: once, over `rpc`)."""
+    it refuses. `mints` reads the mint (default: once, over `rpc`); `fees` prices the
+    transaction's compute units from the cluster's recent fees (default: a fixed price)."""
     supported = (await facilitator.get("/supported")).json()
     fee_payer = Pubkey.from_string(supported["feePayer"])
-    tx = await build_payment(rpc, owner, option, fee_payer, mints=mints)
+    tx = await build_payment(rpc, owner, option, fee_payer, mints=mints, fees=fees)
     body: dict[str, object] = {
         "signedPayment": base64.b64encode(tx).decode(),
         "paymentRequirements": option.to_json_dict(),
@@ -79,6 +82,7 @@ async def build_payment(
     fee_payer: Pubkey,
     *,
     mints: ChainMints | None = None,
+    fees: PriorityFees | None = None,
 ) -> bytes:
     """The transfer of `option` from `owner`'s associated token account, with its memo,
     signed by `owner` as token authority; the fee payer's signature is left for the
@@ -124,7 +128,9 @@ async def build_payment(
         transfer = Instruction(transfer.program_id, transfer.data, [*transfer.accounts, *hook])
     ixs = [
         set_compute_unit_limit(limit),
-        set_compute_unit_price(COMPUTE_UNIT_PRICE),
+        set_compute_unit_price(
+            await unit_price(fees, [fee_payer, params.dest], COMPUTE_UNIT_PRICE)
+        ),
         transfer,
         Instruction(MEMO_PROGRAM, (option.memo or "").encode(), []),
     ]

@@ -44,6 +44,7 @@ from solders.transaction import VersionedTransaction
 from svcpay.protocol.mints import ChainMints, MintUnavailable
 from svcpay.protocol.models import ProtocolError
 from svcpay.protocol.token2022 import MintAtEpoch
+from svcpay.rpc.fees import PriorityFees, unit_price
 from svcpay.schemes.x402_exact import svm
 from svcpay.schemes.x402_exact.wire import (
     PAYMENT_IDENTIFIER,
@@ -182,8 +183,9 @@ class ExactSvmClient:
         compute_unit_limit: int = COMPUTE_UNIT_LIMIT,
         compute_unit_price: int = COMPUTE_UNIT_PRICE,
         mints: ChainMints | None = None,
+        fees: PriorityFees | None = None,
     ) -> None:
-        self.payer, self.rpc = payer, rpc
+        self.payer, self.rpc, self.fees = payer, rpc, fees
         self.compute_unit_limit, self.compute_unit_price = compute_unit_limit, compute_unit_price
         self.mints = mints if mints is not None else ChainMints(rpc)
         self._mints: dict[Pubkey, Mint] = {}
@@ -252,7 +254,16 @@ class ExactSvmClient:
             mint,
             memo_bytes(req),
             compute_unit_limit=limit,
-            compute_unit_price=self.compute_unit_price,
+            compute_unit_price=await unit_price(
+                self.fees,
+                [
+                    fee_payer,
+                    svm.associated_token_address(
+                        Pubkey.from_string(req.pay_to), mint.address, mint.token_program
+                    ),
+                ],
+                self.compute_unit_price,
+            ),
             amount=amount,
             hook_accounts=hook,
         )

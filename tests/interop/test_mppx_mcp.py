@@ -12,6 +12,8 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import uvicorn
@@ -24,6 +26,7 @@ from solana.rpc.commitment import Confirmed
 from svcpay.client import PaymentAuth
 from svcpay.gate import OneTime
 from svcpay.gate.pricing import Terms
+from svcpay.keys import save_keypair
 from svcpay.localnet.process import Localnet
 from svcpay.mcp import PaidTools, PayingSession
 from svcpay.mcp.server import Answer
@@ -32,9 +35,9 @@ from svcpay.protocol.replay import MemoryReplayStore
 from svcpay.schemes.mpp_charge.facilitator_client import ChargeFacilitatorClient
 from svcpay.schemes.x402_exact.facilitator_client import X402FacilitatorClient
 from tests.cli.conftest import free_port
-from tests.interop.conftest import SVCPAY_DEVNET, Market, Mppx, Svcpay
+from tests.interop.conftest import SVCPAY_DEVNET, Market, Mppx, Svcpay, finalize
 from tests.interop.test_x402_sdk import PRICE, balances
-from tests.support.billing import USDC
+from tests.support.billing import USDC, Billing
 from tests.support.chain import Chain
 
 RECEIPT = "org.paymentauth/receipt"
@@ -116,6 +119,30 @@ def test_the_mppx_client_pays_paid_tools(
     assert receipt["challengeId"] == challenge["id"] and receipt["reference"], receipt
     assert calls == ["forecast Lisbon"]
     assert balances(chain, market) == (before[0] - PRICE, before[1] + PRICE)
+
+
+def test_a_charge_the_payer_cannot_cover_is_refused_to_mppx(
+    mppx: Mppx, svcpay: Svcpay, market: Market, chain: Chain, billing: Billing, tmp_path: Path
+) -> None:
+    """mppx's client pays from an account short of the price: svcpay's facilitator refuses
+    the charge, the answer is MPP's -32043 with fresh challenges, which mppx pays again (up
+    to its three attempts) and then gives up with that error; nothing moves."""
+    poor = chain.funded_keypair()
+    account = billing.token_account(poor.pubkey(), market.mint, PRICE - 1)
+    finalize(chain, account)
+    short = replace(
+        market, buyer=poor, buyer_account=account, buyer_file=save_keypair(poor, tmp_path / "p")
+    )
+    facilitator = svcpay.facilitator(market.fee_payer)
+    before = balances(chain, short)
+    with paid_tools(facilitator, short, [], "auto") as url:
+        status, report = mppx.call(url, short, "forecast", {"city": "Lisbon"})
+
+    assert status == 1 and report["code"] == -32043, report
+    data = report["data"]
+    assert isinstance(data, dict) and data["httpStatus"] == 402, report
+    assert data["challenges"] and "insufficient funds" in str(report["error"]), report
+    assert balances(chain, short) == before
 
 
 @pytest.mark.anyio

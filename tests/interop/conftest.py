@@ -1,6 +1,7 @@
 """Fixtures of the cross-implementation tests: the PyPI x402 SDK's programs (x402_sdk/, run by
 the SDK's own environment from scripts/x402-sdk), the x402 TypeScript SDK's (x402_ts/, run by
-Node.js on the install scripts/x402-ts makes) and svcpay's services, each a process on a
+Node.js on the install scripts/x402-ts makes), the TypeScript MPP SDK's (mppx/, on the install
+scripts/mppx makes) and svcpay's services, each a process on a
 free port of the session's local validator, which they know as Solana devnet (the SDK accepts
 only mainnet's, devnet's and testnet's CAIP-2 ids)."""
 
@@ -36,6 +37,8 @@ SVCPAY_DEVNET = "solana-devnet"  # the same, as svcpay's services name it
 SDK_PROGRAMS = Path(__file__).parent / "x402_sdk"
 TS_PROGRAMS = Path(__file__).parent / "x402_ts"
 PAY_KIT_PROGRAMS = Path(__file__).parent / "pay_kit"
+MPPX_PROGRAMS = Path(__file__).parent / "mppx"
+MPP_DEVNET = "devnet"  # the local validator, as MPP's methodDetails.network names it
 FINALITY_TIMEOUT = 60.0
 
 
@@ -72,19 +75,50 @@ def pay_kit_python() -> str:
     return sdk_environment("pay-kit")
 
 
-@pytest.fixture(scope="session")
-def ts_modules() -> Path:
-    """The TypeScript SDK's node_modules (scripts/x402-ts installs it once, then reuses it)."""
+def npm_install(script: str, what: str) -> Path:
+    """The node_modules `scripts/<script>` installs once from its lock, then reuses."""
     done = subprocess.run(
-        [str(ROOT / "scripts" / "x402-ts")], capture_output=True, text=True, timeout=600
+        [str(ROOT / "scripts" / script)], capture_output=True, text=True, timeout=600
     )
     modules = Path(done.stdout.strip() or "/nonexistent") / "node_modules"
     if done.returncode != 0 or not modules.is_dir():
         pytest.fail(
-            "the x402 TypeScript SDK is missing and could not be installed: run "
-            f"scripts/x402-ts (it needs Node.js and the npm registry once)\n{done.stderr[-2000:]}"
+            f"{what} is missing and could not be installed: run scripts/{script} (it needs "
+            f"Node.js and the npm registry once)\n{done.stderr[-2000:]}"
         )
     return modules
+
+
+def node_home(tmp_path: Path, programs: Path, modules: Path) -> Path:
+    """A directory of `programs`' .mjs files beside `modules` (Node resolves an ES module's
+    packages from the module's own directory)."""
+    home = tmp_path / programs.name
+    home.mkdir()
+    (home / "node_modules").symlink_to(modules, target_is_directory=True)
+    shutil.copy(programs / "package.json", home)  # "type": "module"
+    for program in programs.glob("*.mjs"):
+        shutil.copy(program, home)
+    return home
+
+
+def node_report(argv: Sequence[str], who: str) -> tuple[int, dict[str, object]]:
+    """Runs a program that prints one JSON object: its exit status and that object."""
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip(), f"{who} printed nothing:\n{done.stderr[-3000:]}"
+    report: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return done.returncode, report
+
+
+@pytest.fixture(scope="session")
+def ts_modules() -> Path:
+    """The TypeScript SDK's node_modules (scripts/x402-ts installs it once, then reuses it)."""
+    return npm_install("x402-ts", "the x402 TypeScript SDK")
+
+
+@pytest.fixture(scope="session")
+def mppx_modules() -> Path:
+    """mppx's and @solana/mpp's node_modules (scripts/mppx installs them once)."""
+    return npm_install("mppx", "the TypeScript MPP SDK (mppx, @solana/mpp)")
 
 
 @dataclass
@@ -327,13 +361,50 @@ class Ts:
 
 @pytest.fixture
 def ts(ts_modules: Path, validator: Localnet, processes: Processes, tmp_path: Path) -> Ts:
-    home = tmp_path / "x402_ts"
-    home.mkdir()
-    (home / "node_modules").symlink_to(ts_modules, target_is_directory=True)
-    shutil.copy(TS_PROGRAMS / "package.json", home)  # "type": "module"
-    for program in TS_PROGRAMS.glob("*.mjs"):
-        shutil.copy(program, home)
-    return Ts(home, validator.url, processes)
+    return Ts(node_home(tmp_path, TS_PROGRAMS, ts_modules), validator.url, processes)
+
+
+@dataclass
+class Mppx:
+    """The TypeScript MPP SDK's MCP programs (mppx/), on the validator presented as devnet."""
+
+    home: Path
+    rpc: str
+    processes: Processes
+
+    def server(self, market: Market, price: int) -> str:
+        """An MCP server whose `forecast` costs `price` of `market`'s mint, paid to its
+        seller by MPP charge, `market`'s fee payer sponsoring the fee: its endpoint."""
+        argv = [
+            "node", str(self.home / "mppx_server.mjs"), "--rpc", self.rpc,
+            "--recipient", str(market.seller), "--mint", str(market.mint), "--decimals", "6",
+            "--price", str(price), "--network", MPP_DEVNET,
+            "--keypair", str(market.fee_payer_file),
+        ]  # fmt: skip
+        return self.processes.start("mppx server", argv, "mppx server ready")
+
+    def call(
+        self,
+        url: str,
+        market: Market,
+        tool: str,
+        arguments: dict[str, object],
+        *,
+        await_finalized: bool = False,
+    ) -> tuple[int, dict[str, object]]:
+        """mppx's MCP client calls `tool` at `url`, paying as `market`'s buyer: its exit
+        status and JSON report (`await_finalized`: see mppx_client.mjs)."""
+        argv = [
+            "node", str(self.home / "mppx_client.mjs"), url, "--tool", tool,
+            "--arguments", json.dumps(arguments), "--keypair", str(market.buyer_file),
+            "--rpc", self.rpc,
+        ]  # fmt: skip
+        return node_report(argv + ["--await-finalized"] * await_finalized, "the mppx MCP client")
+
+
+@pytest.fixture
+def mppx(mppx_modules: Path, validator: Localnet, processes: Processes, tmp_path: Path) -> Mppx:
+    return Mppx(node_home(tmp_path, MPPX_PROGRAMS, mppx_modules), validator.url, processes)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from solana.rpc.async_api import AsyncClient
-from solana.rpc.commitment import Confirmed
+from solana.rpc.commitment import Confirmed, Finalized
 from solana.rpc.models import TxOpts
 from solders.compute_budget import set_compute_unit_limit, set_compute_unit_price
 from solders.hash import Hash
@@ -195,7 +195,14 @@ class ChargeClient:
         ]
         if offer.external_id:
             ixs.append(Instruction(MEMO_PROGRAM, offer.external_id.encode(), []))
-        if offer.recent_blockhash:
+        if offer.pull:
+            # The server sends a pulled transaction, and may preflight it at the RPC's
+            # default commitment, `finalized` (@solana/mpp 0.6.0's server does, after
+            # offering a `confirmed` recentBlockhash): a blockhash younger than the finalized
+            # root is then Agave's "Blockhash not found". A finalized one passes any
+            # preflight, its lifetime ~13 s shorter; so a pull ignores `recentBlockhash`.
+            blockhash = (await self.rpc.get_latest_blockhash(Finalized)).value.blockhash
+        elif offer.recent_blockhash:
             blockhash = Hash.from_string(offer.recent_blockhash)
         else:
             blockhash = (await self.rpc.get_latest_blockhash(Confirmed)).value.blockhash

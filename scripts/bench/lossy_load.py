@@ -93,7 +93,8 @@ async def pay_all(
     """Each payment started at its own moment, spread evenly over `secs` (interleaving the
     kinds), as a client that keeps retrying: PaymentAuth waits out the facilitator's 503s
     and pending answers with the same signed transfer."""
-    order = sorted(payments, key=lambda p: (payments.index(p) % 7, payments.index(p)))
+    # The wallets come grouped by kind: every 7th first, so the kinds interleave.
+    order = [p for _, p in sorted(enumerate(payments), key=lambda ip: (ip[0] % 7, ip[0]))]
     step = secs / max(1, len(order))
     hooks = {"response": [answers.hook]}
     async with httpx.AsyncClient(base_url=facilitator, timeout=60, event_hooks=hooks) as fac:

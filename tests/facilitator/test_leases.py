@@ -132,3 +132,16 @@ async def test_the_next_pass_comes_when_a_period_ends(
     summary = await run_once(client, payer, plan, now=at)
     assert summary.due == 0 and summary.next_run_in is not None
     assert period - 5 <= summary.next_run_in <= period
+
+
+async def test_a_pass_that_renews_everything_knows_when_the_next_comes(
+    chain: Chain, clock: Clock, client: BillingClient
+) -> None:
+    """Every subscription due and renewed: the next pass comes when the periods just begun
+    end, not a whole crank interval after this one (renewals used to drift late)."""
+    period = clock.days(3)
+    plan, payer, _ = await subscribers(chain, client, period, n=2)
+    later = clock.advance(period)
+    summary = await run_once(client, payer, plan, now=later)
+    assert summary.due == 2 and summary.renewed == 2
+    assert summary.next_run_in is not None and period - 10 <= summary.next_run_in <= period

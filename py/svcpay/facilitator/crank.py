@@ -110,12 +110,19 @@ def is_due(sub: Subscription, now: int) -> bool:
 
 
 def next_due_in(subs: Sequence[tuple[Pubkey, Subscription]], now: int) -> float | None:
-    """Seconds until the first ACTIVE subscription of `subs` that is not due yet is due."""
-    ends = [
-        s.current_period_end
-        for _, s in subs
-        if status_name(s) == "Active" and s.current_period_end > now
-    ]
+    """Seconds until the first ACTIVE subscription of `subs` falls due: one not due yet, or
+    one due now, which this pass renews into a period ending `period_secs` later (without
+    it, a pass that renewed everything knew of no next work and the crank waited its whole
+    interval: renewals drifted a pass late each period; issue 37)."""
+    ends = []
+    for _, s in subs:
+        if status_name(s) != "Active":
+            continue
+        end = s.current_period_end
+        if end <= now:
+            end += s.terms.period_secs
+        if end > now:
+            ends.append(end)
     return float(min(ends) - now) if ends else None
 
 

@@ -10,13 +10,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 from solders.keypair import Keypair
+from solders.pubkey import Pubkey
 from starlette.types import ASGIApp
 
 from svcpay.cli import build_parser, example
@@ -28,6 +29,7 @@ from tests.cli.conftest import Cli, keyfile, serve
 from tests.support.billing import DAY, TOKEN_2022, USDC, Billing
 from tests.support.chain import Chain
 from tests.support.facilitator import in_process_facilitator, proxy
+from tests.support.processes import Processes
 from tests.support.token2022 import t22_mint
 
 FEE_BPS, MAX_FEE = 100, USDC // 2  # 1%, at most 0.50 a transfer
@@ -64,6 +66,21 @@ def example_serve(argv: list[str], env: dict[str, str]) -> Iterator[tuple[str, l
     assert proc.returncode == 0, err
 
 
+def facilitator_app(
+    validator: Localnet, chain: Chain, pay_to: Pubkey
+) -> Callable[[], AbstractAsyncContextManager[ASGIApp]]:
+    """svcpay's facilitator, in process, settling payments to `pay_to`: for `serve`."""
+
+    @asynccontextmanager
+    async def app() -> AsyncIterator[ASGIApp]:
+        async with in_process_facilitator(
+            validator.url, chain.funded_keypair(), pay_to=[pay_to]
+        ) as facilitator:
+            yield proxy(facilitator.http)
+
+    return app
+
+
 def test_a_transfer_fee_mint_is_served_and_the_api_key_read_from_the_environment(
     cli: Cli, validator: Localnet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -75,18 +92,11 @@ def test_a_transfer_fee_mint_is_served_and_the_api_key_read_from_the_environment
     wallet = chain.funded_keypair()
     account = chain.token_account(wallet.pubkey(), mint, 5 * USDC, program_id=TOKEN_2022_PROGRAM)
 
-    @asynccontextmanager
-    async def facilitator_app() -> AsyncIterator[ASGIApp]:
-        async with in_process_facilitator(
-            validator.url, chain.funded_keypair(), pay_to=[plan.destination]
-        ) as facilitator:
-            yield proxy(facilitator.http)
-
     argv = ["--pay-to", str(plan.destination), "--mint", str(mint), "--plan",
             str(plan.address), "-k", authority, "-u", validator.url, "--state-db",
             str(tmp_path / "api.db")]  # fmt: skip
     with (
-        serve(facilitator_app) as facilitator_url,
+        serve(facilitator_app(validator, chain, plan.destination)) as facilitator_url,
         example_serve(
             [*argv, "--facilitator", facilitator_url],
             {"SVCPAY_FACILITATOR_API_KEY": "sk_not_checked_until_a_voucher_is_reported"},
@@ -149,3 +159,29 @@ def test_a_mint_the_prices_do_not_fit_stops_the_server_before_it_is_ready(
                        "http://127.0.0.1:1", "--port", "0")  # fmt: skip
     assert done.code == 2 and "has 2 decimals" in done.err, done.err
     assert "ready" not in done.out
+
+
+def test_it_starts_through_an_rpc_provider_that_answers_429s(
+    validator: Localnet, processes: Processes, tmp_path: Path
+) -> None:
+    """Its start-up reads (the node's cluster, the mint) wait out a provider's 429s rather
+    than exit with a configuration error (issue 37: it exited twice a run under throttling)."""
+    chain = Chain(validator.url, validator.can_time_travel)
+    plan = Billing(chain).plan(amount=3 * USDC, period_secs=30 * DAY)
+    authority = keyfile(tmp_path, plan.billing_authority, "authority.json")
+    flags = ("--throttle", "0.6", "--seed", "11")
+    rpc = processes.start(
+        "lossy rpc",
+        [sys.executable, "-m", "svcpay.localnet.lossy", "--upstream", validator.url, *flags],
+        "svcpay lossy-rpc ready ",
+    )
+    argv = ["--pay-to", str(plan.destination), "--mint", str(plan.mint), "--plan",
+            str(plan.address), "-k", authority, "-u", rpc, "--state-db",
+            str(tmp_path / "api.db")]  # fmt: skip
+    with (
+        serve(facilitator_app(validator, chain, plan.destination)) as facilitator_url,
+        example_serve([*argv, "--facilitator", facilitator_url], {}) as (api, _),
+    ):
+        assert httpx.get(f"{api}/v1/data").status_code == 402
+    stats = httpx.get(f"{rpc}/stats").json()
+    assert stats["throttled"] > 0, stats  # it did meet 429s

@@ -69,10 +69,11 @@ import hmac
 import logging
 import os
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from typing import Annotated
+from typing import Annotated, Any
 
 import httpx
 import uvicorn
@@ -310,8 +311,7 @@ def on_the_nodes_cluster(settings: Settings) -> str:
     ConfigError naming both), the node's cluster when it is unset (svcpay.rpc.cluster)."""
     body = {"jsonrpc": "2.0", "id": 1, "method": "getGenesisHash"}
     try:
-        reply = httpx.post(settings.rpc_url, json=body, timeout=10)
-        reply.raise_for_status()
+        reply = _rpc_post(settings.rpc_url, body)
         cluster = Cluster.of(str(reply.json()["result"]))
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"cannot read the genesis hash of {settings.rpc_url}: {e}") from e
@@ -387,8 +387,7 @@ def read_account(rpc_url: str, address: str) -> Account | None:
     params = [address, {"encoding": "base64", "commitment": "confirmed"}]
     body = {"jsonrpc": "2.0", "id": 1, "method": "getAccountInfo", "params": params}
     try:
-        reply = httpx.post(rpc_url, json=body, timeout=10)
-        reply.raise_for_status()
+        reply = _rpc_post(rpc_url, body)
         parsed = GetAccountInfoResp.from_json(reply.text)
     except (httpx.HTTPError, ValueError) as e:
         raise ConfigError(f"cannot read {address} from {rpc_url}: {e}") from e
@@ -396,6 +395,24 @@ def read_account(rpc_url: str, address: str) -> Account | None:
         reason = getattr(parsed, "message", None) or type(parsed).__name__
         raise ConfigError(f"cannot read {address} from {rpc_url}: {reason}")
     return parsed.value
+
+
+def _rpc_post(rpc_url: str, body: dict[str, Any], attempts: int = 6) -> httpx.Response:
+    """One JSON-RPC call at start-up, before the app's event loop (and svcpay.rpc's
+    transport) runs: a 429 or a 5xx from the provider is waited out (its Retry-After, at
+    most 5 s, else a doubling backoff from 0.5 s) rather than taken for a bad configuration;
+    the last answer's error is raised (httpx.HTTPStatusError)."""
+    for attempt in range(attempts):
+        reply = httpx.post(rpc_url, json=body, timeout=10)
+        if reply.status_code != 429 and reply.status_code < 500 or attempt == attempts - 1:
+            break
+        try:
+            wait = min(5.0, float(reply.headers.get("retry-after", "")))
+        except ValueError:
+            wait = 0.5 * 2**attempt
+        time.sleep(max(0.0, wait))
+    reply.raise_for_status()
+    return reply
 
 
 # -- python -m svcpay.examples.resource_server ---------------------------------------------

@@ -128,6 +128,16 @@ def test_the_demo_walks_through_every_flow_and_leaves_nothing_running(
     assert "subscriptions: 2 active" in out and f"recurring revenue {monthly}.00 USDC" in out
     assert (tmp_path / "out" / "analytics.png").read_bytes().startswith(PNG)
 
+    # 8. an agent over MCP: svcpay mcp (a child on stdio) pays GET /v1/data within its
+    # budget, declines the next call, and logs the payment
+    agent = out[out.index("── 8.") :]
+    assert "its tools: fetch, balance, pay_status" in agent
+    assert '"protocol": "svcpay"' in agent and '"amount": 500000' in agent
+    assert "past its budget: declined: SpendingLimitExceeded" in agent
+    assert "(nothing was paid)" in agent
+    assert "balance: spent today 0.50 USDC, left today 0.00 USDC" in agent
+    assert "its log: paid 500000 base units with svcpay for GET " in agent
+
     # nothing left behind
     assert "all stopped; temporary files removed" in out
     assert len(demo.children) == 2

@@ -2,8 +2,8 @@
 spec's three flows against them, then a session. `Walkthrough` (`context`, below the flows)
 holds what the steps share (the clients, balances, webhooks); each flow is a module of its
 own: `one_time` (1, 1b), `mpp` (1c), `subscriptions` (2 to 4), `sessions` (5), `report`
-(6, 7), and `walk_through` here runs them in order. The chain's setup is `world`, the
-processes `services`, the printing `output`.
+(6, 7), `agents` (8, an agent over MCP), and `walk_through` here runs them in order. The
+chain's setup is `world`, the processes `services`, the printing `output`.
 
 With `token_2022` (`--token-2022`) the plans, so the subscription, its renewal and metered
 billing, are priced in a PYUSD-like Token-2022 mint (6 decimals, a transfer hook, a
@@ -27,7 +27,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from svcpay import stopping
-from svcpay.demo import mpp, one_time, report, sessions, subscriptions
+from svcpay.demo import agents, mpp, one_time, report, sessions, subscriptions
 from svcpay.demo import serve as serving
 from svcpay.demo.children import Child, DemoFailed
 from svcpay.demo.context import Walkthrough
@@ -54,6 +54,7 @@ async def walk_through(walk: Walkthrough) -> None:
         await sessions.session(walk)
         await report.webhook_summary(walk)
         await report.analytics(walk)
+        await agents.mcp_agent(walk)
     finally:
         await walk.aclose()
 

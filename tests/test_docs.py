@@ -401,3 +401,15 @@ def test_the_protocol_page_names_what_the_code_sends() -> None:
     names += [mcp.SVCPAY_PAYMENT, mcp.SVCPAY_SUBSCRIPTION, str(mcp.PAYMENT_REQUIRED_CODE)]
     missing = [name for name in names if name not in page]
     assert not missing, f"docs/reference/protocols.md does not name {missing}"
+
+
+def test_the_readme_is_short_and_leads_to_the_docs() -> None:
+    """Issue 40: at most 150 lines, the two commands first, one click to getting started."""
+    readme = (ROOT / "README.md").read_text()
+    lines = readme.splitlines()
+    assert len(lines) <= 150, len(lines)
+    assert lines[3:5] == [
+        "scripts/demo    # the demo: builds what is missing, then walks through svcpay's flows",
+        "scripts/test    # the whole test suite (what CI runs)",
+    ]
+    assert "(docs/index.md)" in readme and (DOCS / "index.md").is_file()

@@ -91,7 +91,7 @@ def paid_server(market: Market, calls: list[str], **options: object) -> tuple[MC
         terms=terms,
         memos=Memos(b"mcp-tools-memo-secret-0123456"),
         trusted_facilitators={market.fac.key},
-        replay=MemoryReplayStore(),
+        replay=settings.pop("replay", None) or MemoryReplayStore(),  # type: ignore[arg-type]
         **settings,  # type: ignore[arg-type]
     )
 

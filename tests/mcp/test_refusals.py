@@ -6,6 +6,7 @@ and its capability."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
@@ -16,7 +17,11 @@ from mcp.shared.exceptions import MCPError
 from svcpay.client import SpendingPolicy
 from svcpay.mcp import PayingSession
 from svcpay.protocol.errors import OriginNotAllowed, SpendingLimitExceeded
-from svcpay.schemes.x402_exact.facilitator_client import X402FacilitatorClient
+from svcpay.protocol.replay import MemoryReplayStore
+from svcpay.schemes.x402_exact.facilitator_client import (
+    FacilitatorUnavailable,
+    X402FacilitatorClient,
+)
 from svcpay.schemes.x402_exact.wire import PaymentRequired, parse
 from tests.mcp.conftest import PRICE, Shop, paid_server
 
@@ -172,3 +177,65 @@ async def test_mpps_error_form_and_capability(shop: Shop) -> None:
         paid = await paying.call_tool("forecast", {"city": "Lisbon"})
     assert paid.protocol == "mpp" and paid.receipt["challengeId"]
     assert calls == ["forecast Lisbon"] and shop.market.received() == PRICE
+
+
+class LosesTheAnswer(X402FacilitatorClient):
+    """svcpay's facilitator, whose answer to the first `lose` settles never arrives."""
+
+    lose = 1
+
+    async def settle(self, version: int, payload: Any, requirements: Any) -> Any:
+        receipt = await super().settle(version, payload, requirements)
+        if self.lose > 0:
+            self.lose -= 1
+            raise FacilitatorUnavailable("read timeout (the settle went through)")
+        return receipt
+
+
+async def test_a_settlement_without_an_answer_is_pending_then_reconciled(shop: Shop) -> None:
+    """The tool ran, its settle got no answer: the result is delivered marked pending (no
+    5xx, no exception), and the reconciler settles it once; the payment is not served again."""
+    losing = LosesTheAnswer("http://fac", http=shop.market.fac.http)
+    calls: list[str] = []
+    server, paid = paid_server(shop.market, calls, x402_facilitator=losing, schemes=["x402"])
+    async with Client(server, mode="legacy") as client:
+        recording = Recording(client.session)
+        paying = PayingSession(recording, shop.auth(shop.buyer(), ("x402",)), "weather")
+        result = await paying.call_tool("forecast", {"city": "Lisbon"})
+        assert not result.is_error and result.pending, result
+        assert (result.result.meta or {})["svcpay/settlement"] == "pending"
+        x402 = paid.core.x402
+        assert x402 is not None and await x402.pending.count() == 1
+        outcome = await x402.reconciler.run_once(now=time.time() + 60)
+        assert outcome["settled"] == 1 and await x402.pending.count() == 0
+        again = await client.session.call_tool(
+            "forecast", {"city": "Lisbon"}, meta={"x402/payment": _without_id(recording)}
+        )
+        assert again.is_error  # the same payment: refused, the tool not run again
+        await x402.reconciler.aclose()
+    assert calls == ["forecast Lisbon"] and shop.market.received() == PRICE
+
+
+def _without_id(recording: Recording) -> Any:
+    payload = dict(recording.metas[-1]["x402/payment"])
+    payload.pop("extensions", None)
+    return payload
+
+
+class DatabaseAway(MemoryReplayStore):
+    """A replay store whose database went away."""
+
+    async def claim(self, key: str, expires_at: float) -> bool:
+        raise OSError("could not connect to the database")
+
+
+@pytest.mark.parametrize("protocol", ["svcpay", "x402"])
+async def test_the_database_away_is_a_problem_result(shop: Shop, protocol: str) -> None:
+    calls: list[str] = []
+    server, _ = paid_server(shop.market, calls, replay=DatabaseAway())
+    async with Client(server, mode="legacy") as client:
+        paying = PayingSession(client.session, shop.auth(shop.buyer(), (protocol,)), "weather")
+        paid = await paying.call_tool("forecast", {"city": "Lisbon"})
+    problem = (paid.result.meta or {})["svcpay/problem"]
+    assert paid.is_error and problem["status"] == 503 and problem["retryAfter"], problem
+    assert calls == [], "nothing is served that could not be checked"

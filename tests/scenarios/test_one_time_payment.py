@@ -3,13 +3,16 @@ on the local validator and signs a proof -> client retries with X-PAYMENT -> 200
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import httpx
 import pytest
 from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.transaction import VersionedTransaction
@@ -364,6 +367,46 @@ async def test_a_pending_settlement_is_asked_again_with_the_same_transfer(world:
     assert world.chain.token_state(world.destination)["amount"] == PRICE  # type: ignore[arg-type]
 
 
+async def test_a_payment_whose_blockhash_expired_unpaid_is_signed_again(world: World) -> None:
+    """The facilitator answers 400 BlockhashExpired (its sends were dropped until the
+    blockhash's last valid block height passed: nothing was paid); the client signs a new
+    transfer with a fresh blockhash rather than failing the request, and pays once."""
+    bodies: list[bytes] = []
+
+    async def expired_first(scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        body = await request.body()
+        if request.url.path == "/authorize":
+            bodies.append(body)
+            if len(bodies) == 1:  # answered once the cluster has moved past its blockhash
+                signed = json.loads(body)["signedPayment"]
+                first = VersionedTransaction.from_bytes(base64.b64decode(signed))
+                for _ in range(100):
+                    latest = await world.rpc.get_latest_blockhash(Confirmed)
+                    if latest.value.blockhash != first.message.recent_blockhash:
+                        break
+                    await asyncio.sleep(0.1)
+                expired = {"error": "BlockhashExpired", "message": "nothing was paid"}
+                await JSONResponse(expired, 400)(scope, receive, send)
+                return
+        reply = await world.facilitator.request(
+            request.method, request.url.path, content=body,
+            headers={"content-type": "application/json"},
+        )  # fmt: skip
+        await JSONResponse(reply.json(), reply.status_code)(scope, receive, send)
+
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=expired_first), base_url="http://facilitator"
+    ) as facilitator:
+        auth = PaymentAuth(
+            world.wallet, rpc=world.rpc, facilitator=facilitator, max_per_request=USDC
+        )
+        reply = await world.api.get("/v1/data", auth=auth)
+    assert reply.status_code == 200
+    assert len(bodies) == 2 and bodies[0] != bodies[1]  # a new transfer, signed again
+    assert world.chain.token_state(world.destination)["amount"] == PRICE  # type: ignore[arg-type]
+
+
 async def _data(request: Request) -> JSONResponse:
     return JSONResponse({"data": 42})
 
@@ -376,8 +419,6 @@ def test_a_synchronous_httpx_client_pays_too(
     facilitator over real HTTP, the payment settled on the validator, the limits kept.
     `named`: the auth has no facilitator and pays through the one the gate's terms name."""
     from contextlib import asynccontextmanager
-
-    from solana.rpc.commitment import Confirmed
 
     from tests.cli.conftest import serve
     from tests.support.facilitator import proxy

@@ -42,6 +42,7 @@ COMPUTE_UNIT_LIMIT = 50_000  # the transfer and the memo need about 10,000
 TOKEN_2022_COMPUTE_UNITS = 20_000
 HOOK_COMPUTE_UNITS = 60_000
 SETTLE_PATIENCE_SECS = 90.0  # a signed payment's blockhash lives about a minute
+SIGNINGS = 3  # a payment is signed again after its blockhash expired unpaid, up to this
 
 
 async def authorize(
@@ -57,15 +58,23 @@ async def authorize(
     """The proof (base64, `X-PAYMENT`'s value) of `owner` paying `option` once, settled by
     `facilitator` (an httpx client on its base URL). InsufficientFunds or PaymentError when
     it refuses. `mints` reads the mint (default: once, over `rpc`); `fees` prices the
-    transaction's compute units from the cluster's recent fees (default: a fixed price)."""
+    transaction's compute units from the cluster's recent fees (default: a fixed price).
+    A payment the facilitator answers `BlockhashExpired` (never landed, never will) is
+    signed again with a fresh blockhash, up to `SIGNINGS` times in all."""
     supported = (await facilitator.get("/supported")).json()
     fee_payer = Pubkey.from_string(supported["feePayer"])
-    tx = await build_payment(rpc, owner, option, fee_payer, mints=mints, fees=fees)
-    body: dict[str, object] = {
-        "signedPayment": base64.b64encode(tx).decode(),
-        "paymentRequirements": option.to_json_dict(),
-    }
-    reply = await _post_until_final(facilitator, body, patience)
+    for signing in range(1, SIGNINGS + 1):
+        # A payment whose blockhash expired before it landed was never paid (the
+        # facilitator watched it past its last valid block height): a new one is signed
+        # with a fresh blockhash, as a wallet does, a bounded number of times.
+        tx = await build_payment(rpc, owner, option, fee_payer, mints=mints, fees=fees)
+        body: dict[str, object] = {
+            "signedPayment": base64.b64encode(tx).decode(),
+            "paymentRequirements": option.to_json_dict(),
+        }
+        reply = await _post_until_final(facilitator, body, patience)
+        if error_name(reply) != "BlockhashExpired" or signing == SIGNINGS:
+            break
     if reply.status_code == 200:
         return base64.b64encode(reply.content).decode()
     if error_name(reply) == "InsufficientFunds":

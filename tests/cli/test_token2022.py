@@ -135,6 +135,25 @@ def test_plan_create_warns_what_a_fee_and_a_hook_do_to_payments(
     assert data["warnings"][1]["message"] == warnings[1].removeprefix("svcpay: warning: ")
 
 
+def test_plan_create_refuses_a_hook_program_the_cluster_does_not_run(
+    cli: Cli, chain: Chain, tmp_path: Path
+) -> None:
+    """A mint whose transfer hook names an absent program (or an account that is no
+    program) fails every transfer: `plan create` says so and creates nothing."""
+    provider = chain.funded_keypair()
+    key = keyfile(tmp_path, provider)
+    for hook in (Keypair().pubkey(), chain.funded_keypair().pubkey()):
+        mint = cli.ok("token", "create-mint", "--token-2022", "--transfer-hook", str(hook),
+                      "-k", key)["mint"]  # fmt: skip
+        destination = cli.ok("token", "account", mint, "-k", key)["account"]
+        refused = cli("plan", "create", "--mint", mint, "--destination", destination,
+                      "--amount", "1", "--period", "30d", "--plan-id", "7", "-k", key)  # fmt: skip
+        assert refused.code == 1, refused.err
+        assert f"the mint's transfer hook names program {hook}" in refused.err
+        assert "no subscriber could pay" in refused.err and "Traceback" not in refused.err
+        assert chain.account(pda.plan_address(provider.pubkey(), 7)) is None
+
+
 def test_plan_create_warns_about_a_permanent_delegate_pausing_and_interest(
     cli: Cli, chain: Chain, tmp_path: Path
 ) -> None:

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from base58 import b58encode
+from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solana.rpc.models import MemcmpOpts
 from solders.keypair import Keypair
@@ -147,6 +148,7 @@ async def _create(args: argparse.Namespace, authority: Keypair) -> int:
                 f"{address}: pick another --plan-id"
             )
         refuse_what_the_program_refuses(mint, destination)
+        await refuse_an_absent_hook(billing.rpc, mint)
         epoch = 0  # a fee's schedule depends on the epoch
         if mint.has(ET.TRANSFER_FEE_CONFIG):
             epoch = (await billing.rpc.get_epoch_info(Confirmed)).value.epoch
@@ -193,6 +195,22 @@ def refuse_what_the_program_refuses(mint: MintInfo, destination: TokenAccount) -
             f"--destination token account {destination.address} is frozen, and the program "
             f"refuses a frozen destination: only the mint's freeze authority, {thaw}, can "
             f"thaw it"
+        )
+
+
+async def refuse_an_absent_hook(rpc: AsyncClient, mint: MintInfo) -> None:
+    """Raises when the mint's transfer hook names a program this cluster does not run:
+    Token-2022 calls it on every transfer, so no subscriber could pay the plan (issue 38)."""
+    hook = mint.hook_program
+    if hook is None:
+        return
+    account = (await rpc.get_account_info(hook, Confirmed)).value
+    if account is None or not account.executable:
+        what = "no account" if account is None else "an account that is not a program"
+        raise CliError(
+            f"the mint's transfer hook names program {hook}, and this cluster has {what} "
+            f"there: Token-2022 calls it on every transfer, so no subscriber could pay. "
+            f"Deploy the hook program first, or check --url"
         )
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from svcpay.localnet.accounts import USDC_MAINNET_MINT
 from svcpay.program import pda
 from svcpay.program.generated.accounts.plan import Plan
 from svcpay.program.generated.types.plan_status import Deprecated
 from svcpay.protocol.programs import TOKEN_PROGRAM
+from svcpay.protocol.stablecoins import mint_of
 from tests.cli.conftest import Cli, keyfile
 from tests.support.billing import DAY, USDC
 from tests.support.chain import Chain
@@ -104,3 +106,24 @@ def test_create_checks_the_mint_and_destination_exist(
     assert no_mint.code == 3 and "not an SPL Token mint" in no_mint.err
     no_destination = cli(*base, "--mint", str(mint), "--destination", nobody)
     assert no_destination.code == 3 and "destination token account" in no_destination.err
+
+
+def test_create_takes_a_stablecoins_symbol_for_the_clusters_mint(
+    cli: Cli, chain: Chain, tmp_path: Path
+) -> None:
+    """`--mint usdc` is the USDC of the RPC node's cluster: mainnet's address on a local
+    validator (the session's holds a USDC mint there), devnet's on devnet; a symbol svcpay
+    does not know is a usage error that lists the ones it does."""
+    provider = chain.funded_keypair()
+    key = keyfile(tmp_path, provider)
+    destination = chain.token_account(provider.pubkey(), USDC_MAINNET_MINT)
+    create = ["plan", "create", "--destination", str(destination), "--amount", "1",
+              "--period", "30d", "--plan-id", "4", "-k", key]  # fmt: skip
+
+    made = cli.ok(*create, "--mint", "usdc")
+
+    assert made["mint"] == str(USDC_MAINNET_MINT) == mint_of("USDC", "solana-localnet")
+    assert mint_of("USDC", "solana-devnet") == "4zMMC9srt5Ri5X14GAgXhaHii3GnPAEERYPJgZJDncDU"
+    assert mint_of("usdt", "solana-devnet") is None  # its issuer has no devnet mint
+    unknown = cli(*create, "--mint", "USDX")
+    assert unknown.code == 2 and "nor one of USDC, USDT, PYUSD, USDG: 'USDX'" in unknown.err

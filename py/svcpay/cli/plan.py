@@ -38,6 +38,7 @@ from svcpay.cli._common import (
     token_program_name,
     u64_arg,
 )
+from svcpay.cli._mints import MINT_HELP, mint_arg, resolve_mint
 from svcpay.cli.token import extension_name
 from svcpay.program import pda
 from svcpay.program.borsh import AccountInvalidDiscriminator
@@ -136,6 +137,7 @@ def create(args: argparse.Namespace) -> int:
 
 async def _create(args: argparse.Namespace, authority: Keypair) -> int:
     async with billing_client(args) as billing:
+        args.mint = await resolve_mint(billing.rpc, args.mint)
         mint = await fetch_mint_info(billing.rpc, args.mint)
         amount = args.amount.to_base(mint.decimals)
         destination = await check_token_account(
@@ -440,7 +442,7 @@ def _register_create(sub: Subparsers) -> None:
         metavar="N",
         help="the plan's number among your plans (any unused u64; it fixes the address)",
     )
-    p.add_argument("--mint", type=pubkey_arg, required=True, help="the token's mint address")
+    p.add_argument("--mint", type=mint_arg, required=True, help=MINT_HELP)
     p.add_argument(
         "--amount",
         type=amount_arg,

@@ -36,6 +36,7 @@ from svcpay.cli._common import (
     subcommands,
     table,
 )
+from svcpay.cli._mints import MINT_HELP, mint_arg, resolve_mint
 from svcpay.cli.plan import AMOUNTS
 from svcpay.program.client import BillingClient
 from svcpay.program.generated.accounts.session import Session
@@ -116,6 +117,7 @@ def open_cmd(args: argparse.Namespace) -> int:
 
 async def _open(args: argparse.Namespace, payer: Keypair) -> int:
     async with billing_client(args) as billing:
+        args.mint = await resolve_mint(billing.rpc, args.mint)
         mint = await fetch_mint_info(billing.rpc, args.mint)
         decimals = mint.decimals
         await require_token_account(billing.rpc, args.pay_to, "--pay-to", mint=args.mint)
@@ -264,7 +266,7 @@ def register(subparsers: Subparsers) -> None:
         "account) in --mint: --deposit is escrowed at once from your associated account.",
         epilog=AMOUNTS,
     )  # fmt: skip
-    p.add_argument("--mint", type=pubkey_arg, required=True, help="the token's mint")
+    p.add_argument("--mint", type=mint_arg, required=True, help=MINT_HELP)
     p.add_argument("--pay-to", type=pubkey_arg, required=True, metavar="ACCOUNT",
                    help="the provider's token account that redeemed vouchers pay")  # fmt: skip
     p.add_argument("--deposit", type=amount_arg, required=True, metavar="AMOUNT")

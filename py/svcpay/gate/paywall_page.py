@@ -16,17 +16,12 @@ from typing import Any
 
 from svcpay.gate.paywall_options import Paywall, Ways, on_colour
 from svcpay.protocol.pricing import OneTime, PricingEntry, Session, Subscription, Terms
+from svcpay.protocol.stablecoins import STABLECOINS, name_of
 from svcpay.schemes.decision import Reply, Request
 
-# Mints a person recognises by name (pay-kit's KNOWN_MINTS, as MPP's charge client reads
-# them); every other mint is shown by its address only.
-KNOWN_MINTS = {
-    "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v": "USDC",
-    "4zMMC9srt5Ri5X14GAgXhaHii3GnPAEERYPJgZJDncDU": "USDC (devnet)",
-    "Es9vMFrzaCERmJfrF4H2FYD4KCoNkY11McCe8BenwNYB": "USDT",
-    "2b1kV6DkPAnxd5ixfnxCpjxmKwqjjaYmCZfHsFu24GXo": "PYUSD",
-    "CXk2AMBfi3TwaEL2468s6zP8xq9NxTXjp9gjMgzeUynM": "PYUSD (devnet)",
-}
+# Mints a person recognises by name (svcpay.protocol.stablecoins); every other mint is shown
+# by its address only.
+KNOWN_MINTS = {coin.mint: name for coin in STABLECOINS if (name := name_of(coin.mint))}
 
 
 def _e(value: object) -> str:

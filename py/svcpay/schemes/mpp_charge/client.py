@@ -32,6 +32,7 @@ from spl.token.models import TransferCheckedParams
 from svcpay.protocol import mpp
 from svcpay.protocol.mints import ChainMints, MintUnavailable
 from svcpay.protocol.programs import MEMO_PROGRAM, TOKEN_2022_PROGRAM, TOKEN_PROGRAM
+from svcpay.protocol.stablecoins import DEVNET, MAINNET, mint_of
 from svcpay.rpc.fees import PriorityFees, unit_price
 from svcpay.schemes.mpp_charge.wire import INTENT, METHOD
 from svcpay.schemes.x402_exact.svm import associated_token_address
@@ -39,13 +40,6 @@ from svcpay.schemes.x402_exact.svm import associated_token_address
 COMPUTE_UNIT_LIMIT = 50_000  # a transfer and a memo need about 10,000
 HOOK_COMPUTE_UNITS = 60_000  # added for a transfer-hook mint: Token-2022 calls the hook
 COMPUTE_UNIT_PRICE = 1  # micro-lamports: pay-kit's servers accept at most 10,000 when paying
-MINTS = {  # pay-kit's KNOWN_MINTS for the stablecoins it names
-    ("USDC", "mainnet"): "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v",
-    ("USDC", "devnet"): "4zMMC9srt5Ri5X14GAgXhaHii3GnPAEERYPJgZJDncDU",
-    ("USDT", "mainnet"): "Es9vMFrzaCERmJfrF4H2FYD4KCoNkY11McCe8BenwNYB",
-    ("PYUSD", "mainnet"): "2b1kV6DkPAnxd5ixfnxCpjxmKwqjjaYmCZfHsFu24GXo",
-    ("PYUSD", "devnet"): "CXk2AMBfi3TwaEL2468s6zP8xq9NxTXjp9gjMgzeUynM",
-}
 
 
 class CannotPay(Exception):
@@ -74,10 +68,12 @@ class ChargeOffer:
 
 def resolve_mint(currency: str, network: str) -> str:
     """A mint address for `currency` (a mint, or a stablecoin symbol) on `network`."""
-    symbol = currency.upper()
-    net = "mainnet" if network in ("localnet", "mainnet-beta") else network
-    if (symbol, net) in MINTS:
-        return MINTS[(symbol, net)]
+    # MPP names mainnet, devnet, localnet; a local validator uses mainnet's addresses, as
+    # pay-kit's servers (and the demo's USDC) do.
+    net = {"mainnet": MAINNET, "mainnet-beta": MAINNET, "localnet": MAINNET, "devnet": DEVNET}
+    known = mint_of(currency, net[network]) if network in net else None
+    if known is not None:
+        return known
     try:
         Pubkey.from_string(currency)
     except ValueError:

@@ -5,6 +5,8 @@ reads (svcpay's terms, x402 `exact`, MPP `charge`), on the RPC node's cluster on
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import httpx
 from solana.rpc.async_api import AsyncClient
@@ -24,6 +26,8 @@ from svcpay.schemes.mpp_charge import client as charge_client
 from svcpay.schemes.svcpay_proof import client as proof_client
 from svcpay.schemes.x402_exact import client as x402
 from svcpay.schemes.x402_exact.client import AnyRequired, ExactSvmClient
+
+T = TypeVar("T")
 
 
 class OneTimePayments(SpendingLimits):
@@ -199,14 +203,7 @@ class OneTimePayments(SpendingLimits):
                 f"the server offers no x402 exact payment on {', '.join(sorted(networks))} "
                 f"(it offers {offered or 'nothing'})"
             )
-        allowed = [o for o in usable if self._allowed(o.asset)]
-        if not allowed:
-            assets = ", ".join(sorted({o.asset for o in usable}))
-            raise NoAcceptableOption(
-                f"the server asks for tokens this client may not pay in: {assets}"
-            )
-        # The server's first choice within the per-request limit (else the first, refused).
-        option = next((o for o in allowed if x402.amount_of(o) <= self.max_per_request), allowed[0])
+        option = self._pick(usable, lambda o: o.asset, x402.amount_of)
         try:
             cost = await self.x402.cost(option)
         except x402.CannotPay as e:
@@ -222,13 +219,7 @@ class OneTimePayments(SpendingLimits):
     async def _pay_mpp(self, charges: list[charge_client.ChargeOffer], origin: str) -> str:
         """The `Authorization: Payment` value paying the first charge this client may pay
         (pull before push, as the server ordered them), within the limits."""
-        allowed = [c for c in charges if self._allowed(c.mint)]
-        if not allowed:
-            mints = ", ".join(sorted({c.mint for c in charges}))
-            raise NoAcceptableOption(
-                f"the server asks for tokens this client may not pay in: {mints}"
-            )
-        offer = next((c for c in allowed if c.amount <= self.max_per_request), allowed[0])
+        offer = self._pick(charges, lambda c: c.mint, lambda c: c.amount)
         try:
             cost = await self.charges.cost(offer)
         except charge_client.CannotPay as e:
@@ -240,6 +231,19 @@ class OneTimePayments(SpendingLimits):
             if offer.pull:  # nothing was sent
                 self._release(entry)
             raise PaymentError(f"cannot pay the server's MPP charge: {e}") from e
+
+    def _pick(
+        self, offers: Sequence[T], asset: Callable[[T], str], amount: Callable[[T], int]
+    ) -> T:
+        """The server's first choice among `offers` in a token this client may pay in, within
+        the per-request limit (else the first such, which the limits then refuse)."""
+        allowed = [o for o in offers if self._allowed(asset(o))]
+        if not allowed:
+            assets = ", ".join(sorted({asset(o) for o in offers}))
+            raise NoAcceptableOption(
+                f"the server asks for tokens this client may not pay in: {assets}"
+            )
+        return next((o for o in allowed if amount(o) <= self.max_per_request), allowed[0])
 
     @property
     def networks_from_node(self) -> bool:

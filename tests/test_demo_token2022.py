@@ -111,6 +111,12 @@ def test_the_demo_prices_its_plans_in_a_pyusd_like_mint(
     period, _ = plan_times(backend() == DROP_IN)
     monthly = 11 * 30 * DAY // period
     assert f"recurring revenue {monthly}.00 PYUSD" in out
+    # each mint on its own (ADR 0044): the plans' modes in PYUSD, never added to USDC
+    analytics = out[out.index("── 7.") :]
+    assert "each mint on its own" in analytics
+    assert re.search(r"^ *USDC: [0-9.]+ USDC in 4 payments$", analytics, re.M), analytics
+    assert re.search(r"^ *PYUSD: [0-9.]+ PYUSD in \d+ payments$", analytics, re.M), analytics
+    assert re.search(r"^ *subscription +[0-9.]+ PYUSD  \(\d+\)$", analytics, re.M), analytics
     assert (tmp_path / "out" / "analytics.png").read_bytes().startswith(PNG)
 
     # nothing left behind

@@ -3,17 +3,21 @@ commands, against the session's validator and a real facilitator process."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
 from solders.keypair import Keypair
 
+from svcpay.facilitator.store import Event, Store, new_id
 from svcpay.localnet.process import Localnet
 from svcpay.program import instructions, pda
+from svcpay.protocol.stablecoins import mint_of
 from tests.cli.conftest import Cli, keyfile
 from tests.support.billing import USDC, create_plan_ix
 from tests.support.chain import Chain
@@ -25,7 +29,7 @@ def test_migrate_then_provider_create_prints_a_working_key_once(
 ) -> None:
     db = f"sqlite:///{tmp_path / 'f.db'}"
     migrated = offline_cli.ok("facilitator", "migrate", "--database", db)
-    assert (migrated["from"], migrated["to"]) == (None, "0006")
+    assert (migrated["from"], migrated["to"]) == (None, "0007")
     plan = str(Keypair().pubkey())
 
     made = offline_cli.ok(
@@ -78,6 +82,37 @@ def test_analytics_prints_a_table_and_writes_a_chart(offline_cli: Cli, tmp_path:
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     human = offline_cli("analytics", "--database", db)
     assert human.code == 0 and "recurring revenue" in human.out
+
+
+def test_analytics_reports_one_mint_and_names_the_others(offline_cli: Cli, tmp_path: Path) -> None:
+    """Amounts of different mints are never added (docs/adr/0044): `--mint` picks one, by
+    address or symbol; the others are listed apart."""
+    db = f"sqlite:///{tmp_path / 'f.db'}"
+    usdc, pyusd = mint_of("USDC", "solana-mainnet"), mint_of("PYUSD", "solana-mainnet")
+
+    async def seed() -> None:
+        store = Store.open(db)
+        try:
+            now = int(time.time())
+            for mint, amount in ((usdc, 1_000_000), (pyusd, 2_000_000), (pyusd, 3_000_000)):
+                data = {"payTo": "PayTo", "amount": str(amount), "token": mint}
+                await store.events.add(Event(new_id("evt"), "payment.settled", now, data,
+                                             mode="one-time", amount=amount))  # fmt: skip
+        finally:
+            await store.close()
+
+    asyncio.run(seed())
+    default = offline_cli.ok("analytics", "--database", db)
+    assert (default["mint"], default["totals"]["volume"]) == (pyusd, "5000000")
+    chosen = offline_cli.ok("analytics", "--database", db, "--mint", "usdc")
+    assert (chosen["mint"], chosen["totals"]["volume"]) == (usdc, "1000000")
+    human = offline_cli("analytics", "--database", db, "--mint", str(usdc))
+    assert human.code == 0 and f"in {usdc} (USDC)" in human.out
+    assert f"also paid in {pyusd} (PYUSD)" in human.out and "5000000 in 2 payments" in human.out
+    absent = offline_cli("analytics", "--database", db, "--mint", "USDT")
+    assert absent.code == 2 and "no payment in USDT" in absent.err
+    bad = offline_cli("analytics", "--database", db, "--mint", "dollars")
+    assert bad.code == 2 and "not a base58 Solana address" in bad.err
 
 
 def test_serve_runs_the_api_until_interrupted(

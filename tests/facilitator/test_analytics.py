@@ -6,16 +6,11 @@ from __future__ import annotations
 
 import json
 import struct
-import uuid
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
-from sqlalchemy.engine import make_url
 
 from svcpay.facilitator.analytics import DAY, chart_png, parse_range, report
 from svcpay.facilitator.lifecycle import from_program_event, withdrawal_fees_of
@@ -30,29 +25,6 @@ M = 1_000_000  # one token (6 decimals)
 
 PA1, PA2, PX, PB1 = "PlanA1", "PlanA2", "PlanAX", "PlanB1"  # PX: no plan.created event
 PAY_A, PAY_B, PAY_NOBODY = "PayToA", "PayToB", "PayToNobody"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def store(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[Store]:
-    if request.param == "sqlite":
-        s = Store.open(f"sqlite:///{tmp_path}/a.db")
-        try:
-            yield s
-        finally:
-            await s.close()
-        return
-    base: str = request.getfixturevalue("postgres_url")
-    schema = f"analytics_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(base, autocommit=True) as db:
-        db.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
-    s = Store.open(url)
-    try:
-        yield s
-    finally:
-        await s.close()
-        with psycopg.connect(base, autocommit=True) as db:
-            db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
 def ev(
@@ -92,8 +64,9 @@ def vol(volume: int | str, payments: int, fees: int = 0) -> dict[str, Any]:
     }
 
 
-def plan_created(plan: str, at: int, amount: int, period: int) -> Event:
-    return ev("plan.created", at, {"amount": amount, "periodSecs": period}, plan=plan)
+def plan_created(plan: str, at: int, amount: int, period: int, mint: str = "Mint") -> Event:
+    data = {"amount": amount, "periodSecs": period, "mint": mint}
+    return ev("plan.created", at, data, plan=plan)
 
 
 def sub_created(sub: str, plan: str, at: int, amount: int) -> Event:
@@ -113,8 +86,8 @@ def deducted(sub: str, at: int, amount: int) -> Event:  # the store finds the pl
               amount=amount)  # fmt: skip
 
 
-def paid(pay_to: str, at: int, amount: int) -> Event:  # as the settler records it
-    data = {"payTo": pay_to, "amount": str(amount), "payer": "Payer", "token": "Mint"}
+def paid(pay_to: str, at: int, amount: int, mint: str = "Mint") -> Event:  # as settled
+    data = {"payTo": pay_to, "amount": str(amount), "payer": "Payer", "token": mint}
     return ev("payment.settled", at, data, mode="one-time", amount=amount)
 
 
@@ -177,7 +150,7 @@ async def scenario(store: Store) -> tuple[str, str]:
         # day 4: S4's account closed (churned once, on day 3)
         ended("closed", "S4", PB1, D0 + 4 * DAY, "Cancelled"),
         # day 4: a session paying B, redeemed twice
-        session_event("session.opened", "C1", D0 + 4 * DAY, {"recipient": PAY_B}),
+        session_event("session.opened", "C1", D0 + 4 * DAY, {"recipient": PAY_B, "mint": "Mint"}),
         session_event("session.redeemed", "C1", D0 + 4 * DAY + HOUR, {"amount": 300_000}),
         session_event("session.redeemed", "C1", D0 + 4 * DAY + 2 * HOUR, {"amount": 200_000}),
         # day 5, 6
@@ -226,11 +199,17 @@ async def test_the_report_for_all_providers(store: Store) -> None:
         "2024-03-01", "2024-03-07", D0, END,
     )  # fmt: skip
     assert got["provider"] is None
+    # S6's plan PX has no plan.created: its mint is unknown, and it is counted apart
+    assert got["mint"] == "Mint"
+    assert got["mints"] == [
+        {"mint": "Mint", **vol(42_400_000, 12)},
+        {"mint": None, **vol(3 * M, 1)},
+    ]
     assert got["totals"] == {
-        **vol(45_400_000, 13),
+        **vol(42_400_000, 12),
         "byMode": {
             "oneTime": vol(str(3_500_000), 3),
-            "subscription": vol(str(41 * M), 6),
+            "subscription": vol(str(38 * M), 5),
             "metered": vol(str(400_000), 2),
             "session": vol(str(500_000), 2),
         },
@@ -241,37 +220,43 @@ async def test_the_report_for_all_providers(store: Store) -> None:
         day("2024-03-03", subscription=10 * M, metered=400_000, payments=3, active=4),
         day("2024-03-04", one_time=2_500_000, payments=2, churned=1, active=3),
         day("2024-03-05", session=500_000, payments=2, active=3),
-        day("2024-03-06", subscription=3 * M, payments=1, new=1, active=4),
-        day("2024-03-07", subscription=12 * M, payments=1, new=1, active=5),
+        day("2024-03-06", active=3),
+        day("2024-03-07", subscription=12 * M, payments=1, new=1, active=4),
     ]
     assert got["byPlan"] == [
         {"plan": PA1, **vol(str(20_400_000), 4)},
         {"plan": PB1, **vol(str(17 * M), 2)},
-        {"plan": PX, **vol(str(3 * M), 1)},
         {"plan": PA2, **vol(str(1 * M), 1)},
     ]
     assert got["byProvider"] == [
-        {"provider": a, "name": "Provider A", **vol(str(25_400_000), 7)},
+        {"provider": a, "name": "Provider A", **vol(str(22_400_000), 6)},
         {"provider": b, "name": "Provider B", **vol(str(19_500_000), 5)},
         {"provider": None, "name": None, **vol(str(500_000), 1)},
     ]
-    # S1, S2, S3 (cancelled at period end, not ended yet), S6, S7; S4 churned, S5 before
-    assert got["subscriptions"] == {"active": 5, "new": 5, "churned": 1}
-    # 10 + 10 (PA1) + 1 * 30/7 (PA2) + 3 (PX, no plan event: its first charge) + 12 * 30/365
-    assert got["recurringRevenue"] == {"monthly": "28272016", "basis": "30-day"}
+    # S1, S2, S3 (cancelled at period end, not ended yet), S7; S4 churned, S5 before
+    assert got["subscriptions"] == {"active": 4, "new": 4, "churned": 1}
+    # 10 + 10 (PA1) + 1 * 30/7 (PA2) + 12 * 30/365; apart: 3 (PX, no plan event: its
+    # first charge, in an unknown mint)
+    assert got["recurringRevenue"] == {
+        "monthly": "25272016",
+        "basis": "30-day",
+        "byMint": [{"mint": "Mint", "monthly": "25272016"}, {"mint": None, "monthly": "3000000"}],
+    }
+    unknown = await report(store, provider_id=None, start=D0, end=END, mint=None)
+    assert unknown["mint"] == "Mint"  # None asks for the default, not the unknown mint
 
 
 async def test_a_provider_sees_only_its_own(store: Store) -> None:
     a, b = await scenario(store)
     got_a = await report(store, provider_id=a, start=D0, end=END)
     assert "byProvider" not in got_a and got_a["provider"] == a
-    assert got_a["totals"]["volume"] == str(25_400_000) and got_a["totals"]["payments"] == 7
+    assert got_a["totals"]["volume"] == str(22_400_000) and got_a["totals"]["payments"] == 6
     assert got_a["totals"]["byMode"]["oneTime"] == vol(str(1 * M), 1)
     assert got_a["totals"]["byMode"]["metered"] == vol(str(400_000), 2)
-    assert [p["plan"] for p in got_a["byPlan"]] == [PA1, PX, PA2]
-    assert got_a["subscriptions"] == {"active": 4, "new": 3, "churned": 0}
-    assert got_a["recurringRevenue"]["monthly"] == "27285714"  # 20 + 30/7 + 3 tokens
-    assert [d["activeSubscriptions"] for d in got_a["days"]] == [2, 3, 3, 3, 3, 4, 4]
+    assert [p["plan"] for p in got_a["byPlan"]] == [PA1, PA2]  # PX: its mint is unknown
+    assert got_a["subscriptions"] == {"active": 3, "new": 2, "churned": 0}
+    assert got_a["recurringRevenue"]["monthly"] == "24285714"  # 20 + 30/7 tokens
+    assert [d["activeSubscriptions"] for d in got_a["days"]] == [2, 3, 3, 3, 3, 3, 3]
 
     got_b = await report(store, provider_id=b, start=D0, end=END)
     assert got_b["totals"]["volume"] == str(19_500_000) and got_b["totals"]["payments"] == 5
@@ -291,15 +276,15 @@ async def test_a_cancel_at_period_end_churns_when_the_subscription_ends(store: S
     got = await report(store, provider_id=a, start=D0 + 7 * DAY, end=D0 + 10 * DAY)
     assert [d["date"] for d in got["days"]] == ["2024-03-08", "2024-03-09", "2024-03-10"]
     assert [d["churned"] for d in got["days"]] == [0, 1, 0]  # S3 ended on day 8
-    assert [d["activeSubscriptions"] for d in got["days"]] == [4, 3, 3]
-    assert got["subscriptions"] == {"active": 3, "new": 0, "churned": 1}
-    assert got["recurringRevenue"]["monthly"] == str(23 * M)  # S1, S2 (PA1), S6
+    assert [d["activeSubscriptions"] for d in got["days"]] == [3, 2, 2]
+    assert got["subscriptions"] == {"active": 2, "new": 0, "churned": 1}
+    assert got["recurringRevenue"]["monthly"] == str(20 * M)  # S1, S2 (PA1); S6 apart
     assert got["totals"]["volume"] == str(9 * M)  # the payment at the earlier range's end
     # the whole history: S5 and S4 churned (S4 once, though cancelled and then closed)
     everything = await report(store, provider_id=None, start=D0 - 30 * DAY, end=D0 + 30 * DAY)
-    assert everything["subscriptions"] == {"active": 4, "new": 7, "churned": 3}
-    assert everything["totals"]["payments"] == 17  # 15, and two session redeems
-    assert sum(int(d["volume"]) for d in everything["days"]) == 45_400_000 + 7 * M + 9 * M + 20 * M
+    assert everything["subscriptions"] == {"active": 3, "new": 6, "churned": 3}
+    assert everything["totals"]["payments"] == 16  # 14, and two session redeems (S6 apart)
+    assert sum(int(d["volume"]) for d in everything["days"]) == 42_400_000 + 7 * M + 9 * M + 20 * M
 
 
 async def test_ranges_are_half_open_and_may_start_mid_day(store: Store) -> None:
@@ -334,7 +319,8 @@ async def test_an_empty_range_has_every_day_at_zero(store: Store) -> None:
     }
     assert got["byPlan"] == [] and got["byProvider"] == []
     assert got["subscriptions"] == {"active": 0, "new": 0, "churned": 0}
-    assert got["recurringRevenue"] == {"monthly": "0", "basis": "30-day"}
+    assert got["recurringRevenue"] == {"monthly": "0", "basis": "30-day", "byMint": []}
+    assert got["mint"] is None and got["mints"] == []
 
 
 async def test_fees_a_fee_mint_withheld_are_reported_beside_gross_and_net(store: Store) -> None:

@@ -4,6 +4,7 @@ outbox, shared work leases."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 import sqlalchemy as sa
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.anyio
 def test_migrations_build_exactly_the_declared_schema(database_url: str) -> None:
     db.migrate(database_url)
     db.migrate(database_url)  # idempotent
-    assert db.current_revision(database_url) == "0006"
+    assert db.current_revision(database_url) == "0007"
     engine = sa.create_engine(db.sync_url(database_url))
     with engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), db.metadata)
@@ -35,12 +36,54 @@ async def test_an_older_schema_upgrades_with_its_data(database_url: str) -> None
     finally:
         await old.close()
     db.migrate(database_url)
-    assert db.current_revision(database_url) == "0006"
+    assert db.current_revision(database_url) == "0007"
     store = Store.open(database_url)
     try:
         assert (await store.providers.get(provider) or {}).get("name") == "before the upgrade"
     finally:
         await store.close()
+
+
+def test_the_upgrade_to_0007_finds_each_events_mint(database_url: str) -> None:
+    """Events recorded before events.mint existed get theirs: plan.created's and
+    session.opened's own, payment.settled's token, the rest their plan's or session's."""
+    db.migrate(database_url, "0006")
+    rows = [  # (type, plan, session, data), oldest first
+        ("plan.created", "P1", None, {"plan": "P1", "mint": "MintA"}),
+        ("subscription.renewed", "P1", None, {"plan": "P1", "amount": 5}),
+        ("session.opened", None, "C1", {"session": "C1", "mint": "MintB"}),
+        ("session.redeemed", None, "C1", {"session": "C1", "amount": 3}),
+        ("payment.settled", None, None, {"token": "MintC", "amount": "2"}),
+        ("subscription.created", "P9", None, {"plan": "P9"}),  # its plan never seen
+    ]
+    engine = sa.create_engine(db.sync_url(database_url))
+    with engine.begin() as conn:
+        for i, (kind, plan, session, data) in enumerate(rows):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO events (id, type, created_at, source, plan, session, data) "
+                    "VALUES (:id, :type, 0, 'chain', :plan, :session, :data)"
+                ),
+                {
+                    "id": f"evt_{i}",
+                    "type": kind,
+                    "plan": plan,
+                    "session": session,
+                    "data": json.dumps(data),
+                },  # fmt: skip
+            )
+    db.migrate(database_url)
+    with engine.connect() as conn:
+        got = conn.execute(sa.text("SELECT type, mint FROM events ORDER BY seq")).all()
+    engine.dispose()
+    assert [tuple(r) for r in got] == [
+        ("plan.created", "MintA"),
+        ("subscription.renewed", "MintA"),
+        ("session.opened", "MintB"),
+        ("session.redeemed", "MintB"),
+        ("payment.settled", "MintC"),
+        ("subscription.created", None),
+    ]
 
 
 def test_bad_database_urls_are_refused_with_the_reason() -> None:

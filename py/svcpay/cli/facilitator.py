@@ -30,6 +30,7 @@ from svcpay.cli._common import (
     subcommands,
     table,
 )
+from svcpay.cli._mints import mint_arg
 from svcpay.cli.facilitator_config import DATABASE, config, database_errors
 from svcpay.cli.facilitator_providers import register_provider
 
@@ -233,14 +234,26 @@ def analytics_cmd(args: argparse.Namespace) -> int:
     async def go() -> dict[str, Any]:
         store = Store.open(cfg.database_url)
         try:
-            return await analytics.report(store, provider_id=args.provider, start=start, end=end)
+            mint = args.mint
+            if isinstance(mint, str):  # a symbol: its mint among those in the database
+                first = await analytics.report(
+                    store, provider_id=args.provider, start=start, end=end
+                )
+                mint = _mint_named(mint, [row["mint"] for row in first["mints"]])
+            return await analytics.report(
+                store,
+                provider_id=args.provider,
+                start=start,
+                end=end,
+                mint=None if mint is None else str(mint),
+            )
         finally:
             await store.close()
 
     with database_errors():
         data = run(go())
     if chart is not None:
-        png = analytics.chart_png(data, title=f"svcpay: {data['from']} to {data['to']}")
+        png = analytics.chart_png(data, title=analytics.chart_title(data))
         try:
             chart.write_bytes(png)
         except OSError as e:
@@ -254,10 +267,33 @@ def analytics_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mint_named(symbol: str, paid: list[str | None]) -> str:
+    """The mint of stablecoin `symbol` that the range's payments were made in."""
+    from svcpay.protocol.stablecoins import STABLECOINS
+
+    for coin in STABLECOINS:
+        if coin.symbol == symbol and coin.mint in paid:
+            return coin.mint
+    raise UsageError(
+        f"no payment in {symbol} in this range (paid in: "
+        f"{', '.join(m or 'an unknown mint' for m in paid) or 'nothing'}); "
+        "pass the mint's address instead"
+    )
+
+
 def analytics_lines(data: dict[str, Any], provider: str | None) -> list[str]:
-    """The report as rows of text: totals, each mode, plan and provider, then the days with
-    activity (amounts in base units, as the API gives them)."""
+    """The report as rows of text: its mint, totals, each mode, plan and provider, the other
+    mints paid in, then the days with activity (amounts in base units, as the API gives
+    them; amounts of different mints are never added)."""
+    from svcpay.protocol.stablecoins import name_of
+
     totals = data["totals"]
+
+    def coin(mint: str | None) -> str:
+        if mint is None:
+            return "an unknown mint"
+        name = name_of(mint)
+        return f"{mint} ({name})" if name else mint
 
     def paid(row: dict[str, Any]) -> str:
         text = f"{row['volume']} in {row['payments']} payment{'s' * (row['payments'] != 1)}"
@@ -277,10 +313,16 @@ def analytics_lines(data: dict[str, Any], provider: str | None) -> list[str]:
             (f"provider {row['name'] or row['provider'] or '(none)'}", paid(row))
             for row in data.get("byProvider", [])
         ),
+        *(
+            (f"also paid in {coin(row['mint'])}", paid(row))
+            for row in data.get("mints", [])
+            if row["mint"] != data.get("mint")
+        ),
     ]
     header = f"{'date':10}  {'volume':>14}  {'payments':>8}  {'new':>4}  {'churned':>7}"
     return [
         f"{data['from']} to {data['to']}" + (f", provider {provider}" if provider else ""),
+        *([f"in {coin(data.get('mint'))}"] if data.get("mint") or data.get("mints") else []),
         *table(rows),
         "",
         header,
@@ -372,5 +414,11 @@ def _register_analytics(subparsers: Subparsers) -> None:
     p.add_argument("--from", dest="start", metavar="DATE", help="YYYY-MM-DD or unix seconds")
     p.add_argument("--to", dest="end", metavar="DATE", help="YYYY-MM-DD or unix seconds")
     p.add_argument("--provider", help="one provider's figures (default: all)")
+    p.add_argument(
+        "--mint",
+        type=mint_arg,
+        help="the mint to report: an address or a stablecoin's symbol (amounts of different "
+        "mints are never added; default: the mint of most payments in the range)",
+    )
     p.add_argument("--chart", metavar="FILE.png", help="also write the chart here")
     p.add_argument("--database", **DATABASE)  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 from svcpay.amounts import format_amount
-from svcpay.demo.output import expect, say, step, usdc
+from svcpay.demo.output import expect, say, step
 from svcpay.demo.world import DAY
 
 if TYPE_CHECKING:
@@ -46,23 +46,38 @@ async def analytics(w: Walkthrough) -> None:
     reply = await w.provider_api.get("/v1/analytics", params=params)
     expect(reply.status_code == 200, f"GET /v1/analytics: {reply.status_code} {reply.text}")
     data = reply.json()
-    totals = data["totals"]
-    mixed = w.world.plans_in.token_2022  # PYUSD plans, USDC one-time and session
-    volume = int(totals["volume"])
+    plans_in = w.world.plans_in
+    symbols = {str(w.world.mint): "USDC", str(plans_in.mint): plans_in.symbol}
     say(
-        f"volume {format_amount(volume, symbol='') if mixed else usdc(volume)} in "
-        f"{totals['payments']} payments, {data['from']} to {data['to']}"
-        + (" (base units of both tokens, 6 decimals each):" if mixed else ":")
+        f"{data['from']} to {data['to']}, each mint on its own (amounts of different mints "
+        "are never added):"
     )
-    for mode, figures in totals["byMode"].items():
-        money = usdc if mode in ("oneTime", "session") else w.plan_amount
-        say(f"  {mode:<13} {money(int(figures['volume'])):>12}  ({figures['payments']})")
-    subs = data["subscriptions"]
-    say(
-        f"subscriptions: {subs['active']} active, {subs['new']} new, "
-        f"{subs['churned']} churned; recurring revenue "
-        f"{w.plan_amount(int(data['recurringRevenue']['monthly']))} per 30 days"
-    )
+    reports = {data["mint"]: data}
+    for row in data["mints"]:  # each other mint's report, asked for by its address
+        if row["mint"] not in reports:
+            other = await w.provider_api.get(
+                "/v1/analytics", params={**params, "mint": row["mint"]}
+            )
+            expect(other.status_code == 200, f"GET /v1/analytics?mint=: {other.status_code}")
+            reports[row["mint"]] = other.json()
+    for row in data["mints"]:
+        mint, report = row["mint"], reports[row["mint"]]
+        symbol = symbols.get(mint or "")
+
+        def money(units: str, symbol: str | None = symbol) -> str:
+            return format_amount(int(units), symbol=symbol) if symbol else f"{units} base units"
+
+        say(f"{symbol or mint}: {money(row['volume'])} in {row['payments']} payments")
+        for mode, figures in report["totals"]["byMode"].items():
+            if figures["payments"]:
+                say(f"  {mode:<13} {money(figures['volume']):>12}  ({figures['payments']})")
+        if mint == str(plans_in.mint):
+            subs = report["subscriptions"]
+            say(
+                f"subscriptions: {subs['active']} active, {subs['new']} new, "
+                f"{subs['churned']} churned; recurring revenue "
+                f"{w.plan_amount(int(report['recurringRevenue']['monthly']))} per 30 days"
+            )
     chart = await w.provider_api.get("/v1/analytics/chart.png", params=params)
     expect(
         chart.status_code == 200 and chart.content.startswith(b"\x89PNG\r\n\x1a\n"),

@@ -16,6 +16,9 @@ same SQL on SQLite and PostgreSQL): day buckets are integer arithmetic on unix s
   amount normalised to 30 days (amount * 30 days / periodSecs, from the plan's plan.created;
   without that event, the subscription's first charge as a 30-day amount), rounded to the
   nearest base unit.
+- Mints: amounts of different mints are never added. A report is of one mint (asked for,
+  or the one of most payments in the range) and lists every mint's volume beside it; an
+  event's mint is its plan's or session's (`events.mint`, migration 0007).
 
 Ranges are half-open, [start, end) in unix seconds; `parse_range` turns the HTTP query's
 `from`/`to` into one.
@@ -28,7 +31,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
 from fractions import Fraction
 from typing import Any
@@ -38,6 +41,7 @@ import sqlalchemy as sa
 from svcpay.facilitator.analytics_chart import chart_png as chart_png  # re-exported
 from svcpay.facilitator.db import events, providers
 from svcpay.facilitator.store import Store
+from svcpay.protocol.stablecoins import name_of
 
 DAY = 86400
 MONTH = 30 * DAY  # the basis of recurring revenue
@@ -127,6 +131,7 @@ class _Subscription:
     plan: str | None
     amount: int
     created_at: int
+    mint: str | None
     churned_at: int | None = None
 
 
@@ -158,11 +163,13 @@ def _amount(value: Any) -> int:
 
 @dataclass(frozen=True)
 class _Scope:
-    """The events a report counts: [start, end), one provider's or (None) everyone's."""
+    """The events a report counts: [start, end), one provider's or (None) everyone's, in
+    one mint (None: the events whose mint is unknown)."""
 
     provider_id: str | None
     start: int
     end: int
+    mint: str | None = None
 
     @property
     def mine(self) -> list[Any]:
@@ -170,7 +177,7 @@ class _Scope:
         return [c.provider_id == self.provider_id] if self.provider_id is not None else []
 
     @property
-    def paid(self) -> list[Any]:
+    def paid_in_any_mint(self) -> list[Any]:
         """The payments in range: events with a mode and an amount."""
         c = events.c
         return [
@@ -179,6 +186,15 @@ class _Scope:
             c.mode.in_(list(MODES)),
             c.amount.isnot(None),
             *self.mine,
+        ]
+
+    @property
+    def paid(self) -> list[Any]:
+        """The payments in range, in the report's mint."""
+        c = events.c
+        return [
+            *self.paid_in_any_mint,
+            c.mint.is_(None) if self.mint is None else c.mint == self.mint,
         ]
 
 
@@ -254,22 +270,54 @@ async def _volumes(conn: Any, scope: _Scope) -> tuple[_ByDayMode, _ByPlan, _ByPr
     return by_day_mode, by_plan, by_provider
 
 
+async def _mints(conn: Any, scope: _Scope) -> list[tuple[str | None, _Volume]]:
+    """Volume by mint (None: unknown), most payments first."""
+    c = events.c
+    rows = [
+        (mint, _volume(v, f, n))
+        for mint, v, f, n in await conn.execute(
+            sa.select(c.mint, _VOLUME, _FEES, _COUNT)
+            .where(*scope.paid_in_any_mint)
+            .group_by(c.mint)
+        )
+    ]
+    return sorted(rows, key=lambda r: (-r[1].payments, r[0] is None, r[0] or ""))
+
+
+def _default_mint(
+    mints: list[tuple[str | None, _Volume]], subs: dict[str, _Subscription]
+) -> str | None:
+    """The mint of most payments in range; without payments, of most subscriptions."""
+    if mints:
+        return mints[0][0]
+    counts = Counter(s.mint for s in subs.values())
+    if not counts:
+        return None
+    return min(counts, key=lambda m: (-counts[m], m is None, m or ""))
+
+
 async def _subscriptions(
     conn: Any, scope: _Scope
 ) -> tuple[dict[str, _Subscription], dict[str, tuple[int, int]]]:
-    """Every subscription created before the range's end (with its first churn, if any),
-    and the terms (amount, periodSecs) of their plans, from plan.created."""
+    """Every subscription created before the range's end (with its first churn, if any), in
+    any mint, and the terms (amount, periodSecs) of their plans, from plan.created."""
     c = events.c
     created = sa.select(c.subscription).where(
         c.type == CREATED, c.created_at < scope.end, c.subscription.isnot(None), *scope.mine
     )
     subs: dict[str, _Subscription] = {}
-    for sub, plan, amount, created_at in await conn.execute(
-        sa.select(c.subscription, c.plan, sa.type_coerce(c.amount, sa.BigInteger), c.created_at)
+    for sub, plan, amount, created_at, mint in await conn.execute(
+        sa.select(
+            c.subscription,
+            c.plan,
+            sa.type_coerce(c.amount, sa.BigInteger),
+            c.created_at,
+            c.mint,
+        )
         .where(c.type == CREATED, c.created_at < scope.end, c.subscription.isnot(None), *scope.mine)
         .order_by(c.created_at, c.seq)
     ):
-        subs.setdefault(sub, _Subscription(plan, _amount(amount), int(created_at)))
+        subs.setdefault(sub, _Subscription(plan, _amount(amount), int(created_at), mint))
     for sub, event_type, at, data in await conn.execute(
         sa.select(c.subscription, c.type, c.created_at, c.data)
         .where(
@@ -307,14 +355,17 @@ async def _subscriptions(
     return subs, plans
 
 
-def _recurring_monthly(subs: dict[str, _Subscription], plans: dict[str, tuple[int, int]]) -> int:
-    """The 30-day revenue of the subscriptions that have not churned, to the nearest unit."""
-    monthly = Fraction(0)
+def _recurring_monthly(
+    subs: dict[str, _Subscription], plans: dict[str, tuple[int, int]]
+) -> dict[str | None, int]:
+    """Per mint, the 30-day revenue of the subscriptions that have not churned, to the
+    nearest unit."""
+    monthly: dict[str | None, Fraction] = {}
     for s in subs.values():
         if s.churned_at is None:
             amount, period = plans.get(s.plan or "", (s.amount, MONTH))
-            monthly += Fraction(amount * MONTH, period)
-    return math.floor(monthly + Fraction(1, 2))
+            monthly[s.mint] = monthly.get(s.mint, Fraction(0)) + Fraction(amount * MONTH, period)
+    return {mint: math.floor(m + Fraction(1, 2)) for mint, m in monthly.items()}
 
 
 def _days(
@@ -353,29 +404,53 @@ def _days(
     return days
 
 
-async def report(store: Store, *, provider_id: str | None, start: int, end: int) -> dict[str, Any]:
-    """The analytics of [start, end) (unix seconds), for one provider or (None) for all.
+def chart_title(data: Mapping[str, Any]) -> str:
+    """The chart's title for `report`'s `data`: its days and its mint."""
+    mint = data.get("mint")
+    coin = (name_of(mint) or f"{mint[:4]}..{mint[-4:]}") if isinstance(mint, str) else None
+    return f"svcpay: {data['from']} to {data['to']}" + (f", {coin}" if coin else "")
 
-    `{"from", "to"` (first and last UTC day), `"start", "end", "provider", "totals": {"volume",
-    "fees", "net", "payments", "byMode": {"oneTime"|"subscription"|"metered"|"session":
-    {"volume", "fees", "net", "payments"}}}, "days": [{"date", "volume", "fees", "oneTime",
-    "subscription", "metered", "session", "payments", "newSubscriptions", "churned",
-    "activeSubscriptions"}]` (every day, zeros included; active at the day's end),
-    `"byPlan": [{"plan", "volume", "fees", "net", "payments"}]` (payments with a plan,
-    largest first), `"byProvider": [{"provider", "name", "volume", "fees", "net",
-    "payments"}]` (only for all providers; provider None: payments to no registered
-    provider), `"subscriptions": {"active", "new", "churned"}, "recurringRevenue":
-    {"monthly", "basis": "30-day"}}`. Amounts are decimal strings of base units: `volume` is
-    what payers sent, `fees` what Token-2022 transfer-fee mints withheld of it, `net` what
-    payees received (docs/adr/0030)."""
+
+async def report(
+    store: Store,
+    *,
+    provider_id: str | None,
+    start: int,
+    end: int,
+    mint: str | None = None,
+) -> dict[str, Any]:
+    """The analytics of [start, end) (unix seconds), for one provider or (None) for all, in
+    one mint: `mint`, else the mint of most payments in the range (of most subscriptions
+    when there were none). Amounts of different mints are never added (docs/adr/0044).
+
+    `{"from", "to"` (first and last UTC day), `"start", "end", "provider", "mint"` (the
+    report's; null: events whose mint is unknown), `"mints": [{"mint", "volume", "fees",
+    "net", "payments"}]` (every mint paid in the range, each on its own, most payments
+    first), `"totals": {"volume", "fees", "net", "payments", "byMode":
+    {"oneTime"|"subscription"|"metered"|"session": {"volume", "fees", "net", "payments"}}},
+    "days": [{"date", "volume", "fees", "oneTime", "subscription", "metered", "session",
+    "payments", "newSubscriptions", "churned", "activeSubscriptions"}]` (every day, zeros
+    included; active at the day's end), `"byPlan": [{"plan", "volume", "fees", "net",
+    "payments"}]` (payments with a plan, largest first), `"byProvider": [{"provider",
+    "name", "volume", "fees", "net", "payments"}]` (only for all providers; provider None:
+    payments to no registered provider), `"subscriptions": {"active", "new", "churned"},
+    "recurringRevenue": {"monthly", "basis": "30-day", "byMint": [{"mint", "monthly"}]}}`.
+    Everything but `mints` and `recurringRevenue.byMint` is of the report's mint. Amounts
+    are decimal strings of base units: `volume` is what payers sent, `fees` what Token-2022
+    transfer-fee mints withheld of it, `net` what payees received (docs/adr/0030)."""
     if not 0 <= start < end:
         raise ValueError(f"not a range: start {start}, end {end}")
-    scope = _Scope(provider_id, start, end)
+    scope = _Scope(provider_id, start, end, mint)
     async with store.engine.connect() as conn:
         if store.dialect == "postgresql":  # one snapshot for all the queries
             await conn.execution_options(isolation_level="REPEATABLE READ")
+        mints = await _mints(conn, scope)
+        all_subs, plans = await _subscriptions(conn, scope)
+        if mint is None:
+            scope = replace(scope, mint=_default_mint(mints, all_subs))
         volumes, by_plan, by_provider = await _volumes(conn, scope)
-        subs, plans = await _subscriptions(conn, scope)
+    subs = {k: s for k, s in all_subs.items() if s.mint == scope.mint}
+    recurring = _recurring_monthly(all_subs, plans)
 
     days = _days(scope, volumes, subs)
     by_mode = {
@@ -388,6 +463,8 @@ async def report(store: Store, *, provider_id: str | None, start: int, end: int)
         "start": start,
         "end": end,
         "provider": provider_id,
+        "mint": scope.mint,
+        "mints": [{"mint": m, **v.json()} for m, v in mints],
         "totals": {**sum(volumes.values(), _Volume()).json(), "byMode": by_mode},
         "days": days,
         "byPlan": [
@@ -401,7 +478,14 @@ async def report(store: Store, *, provider_id: str | None, start: int, end: int)
                 1 for s in subs.values() if s.churned_at is not None and s.churned_at >= start
             ),
         },
-        "recurringRevenue": {"monthly": str(_recurring_monthly(subs, plans)), "basis": "30-day"},
+        "recurringRevenue": {
+            "monthly": str(recurring.get(scope.mint, 0)),
+            "basis": "30-day",
+            "byMint": [
+                {"mint": m, "monthly": str(v)}
+                for m, v in sorted(recurring.items(), key=lambda r: (r[0] is None, r[0] or ""))
+            ],
+        },
     }
     if provider_id is None:
         out["byProvider"] = [

@@ -100,6 +100,7 @@ events = sa.Table(
     sa.Column("session", sa.String(64)),  # migration 0004: a session event's session
     sa.Index("ix_events_session", "session"),
     sa.Column("fee", Amount),  # migration 0006: withheld by a transfer-fee mint (else NULL)
+    sa.Column("mint", sa.String(64)),  # migration 0007: the mint it moved (plan's, session's)
 )
 
 webhook_endpoints = sa.Table(

@@ -222,6 +222,16 @@ class RangeQuery(Body):
         description="end of the range: a UTC date YYYY-MM-DD (inclusive) or unix seconds "
         "(exclusive); default: the end of today",
     )
+    mint: Address | None = Field(
+        default=None,
+        description="the mint to report (amounts of different mints are never added); "
+        "default: the mint of most payments in the range",
+    )
+
+    @field_validator("mint")
+    @classmethod
+    def _mint(cls, v: str | None) -> str | None:
+        return None if v is None else check_address(v, "mint")
 
 
 class VoucherTerms(Body):

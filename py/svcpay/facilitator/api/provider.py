@@ -120,15 +120,19 @@ class ProviderApi:
 
     # -- analytics ---------------------------------------------------------------------
     async def analytics(self, request: Request, provider_id: str) -> Response:
-        start, end = _range(request)
+        start, end, mint = _range(request)
         return JSONResponse(
-            await analytics.report(self.store, provider_id=provider_id, start=start, end=end)
+            await analytics.report(
+                self.store, provider_id=provider_id, start=start, end=end, mint=mint
+            )
         )
 
     async def analytics_chart(self, request: Request, provider_id: str) -> Response:
-        start, end = _range(request)
-        data = await analytics.report(self.store, provider_id=provider_id, start=start, end=end)
-        title = f"svcpay: {data['from']} to {data['to']}"
+        start, end, mint = _range(request)
+        data = await analytics.report(
+            self.store, provider_id=provider_id, start=start, end=end, mint=mint
+        )
+        title = analytics.chart_title(data)
         try:
             png = await asyncio.to_thread(analytics.chart_png, data, title=title)
         except MissingExtra as e:  # served without matplotlib: the JSON report still works
@@ -136,10 +140,10 @@ class ProviderApi:
         return Response(png, media_type="image/png")
 
 
-def _range(request: Request) -> tuple[int, int]:
+def _range(request: Request) -> tuple[int, int, str | None]:
     bounds = query(request, RangeQuery)
     params = {k: v for k, v in (("from", bounds.from_), ("to", bounds.to)) if v is not None}
     try:
-        return analytics.parse_range(params, int(time.time()))
+        return (*analytics.parse_range(params, int(time.time())), bounds.mint)
     except ValueError as e:
         raise BadRequest(str(e)) from e

@@ -32,6 +32,8 @@ from svcpay.facilitator.dashboard.auth import Cookies, Session, signing_secret
 from svcpay.facilitator.outage import DATABASE, RETRY_AFTER_SECS, RPC
 from svcpay.facilitator.service import Facilitator
 from svcpay.facilitator.store.providers import key_id
+from svcpay.protocol.models import check_address
+from svcpay.protocol.stablecoins import name_of
 
 log = logging.getLogger("svcpay.facilitator.dashboard")
 
@@ -73,6 +75,21 @@ def _when(ts: Any) -> str:
 DECIMALS = 6
 
 
+def _is_address(text: str) -> bool:
+    try:
+        check_address(text, "mint")
+    except ValueError:
+        return False
+    return True
+
+
+def _mint_name(mint: str | None) -> str:
+    """A mint as a person reads it: its stablecoin's symbol, else its address."""
+    if mint is None:
+        return "an unknown mint"
+    return name_of(mint) or mint
+
+
 def _tokens(units: Any) -> str:
     """12500000 -> "12.50" (at least two decimals, the rest only when not zero)."""
     if units is None or units == "":
@@ -91,6 +108,7 @@ def _templates() -> jinja2.Environment:
     )
     env.filters["when"] = _when
     env.filters["tokens"] = _tokens
+    env.filters["mint_name"] = _mint_name
     env.filters["pretty"] = lambda data: json.dumps(data, indent=2, ensure_ascii=False)
     return env
 
@@ -287,8 +305,11 @@ class Dashboard:
             start, end = analytics.parse_range(params, int(time.time()))
         except ValueError as e:
             error, (start, end) = str(e), analytics.parse_range({}, int(time.time()))
+        mint = request.query_params.get("mint") or None
+        if mint is not None and not _is_address(mint):
+            error, mint = f"not a mint address: {mint[:64]!r}", None
         report = await analytics.report(
-            self.store, provider_id=session.provider_id, start=start, end=end
+            self.store, provider_id=session.provider_id, start=start, end=end, mint=mint
         )
         return self.render(
             request, "overview.html", session, title="Overview", active="/",

@@ -34,6 +34,9 @@ class Event:
     amount: int | None = None  # the gross a payment moved (analytics' volume)
     fee: int | None = None  # what a transfer-fee mint withheld of it (None: no fee mint)
     seq: int | None = None
+    # The mint of its plan or session (None: found by `write` from the plan's plan.created
+    # or the session's session.opened; still None when neither was recorded).
+    mint: str | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
         """The webhook body and the API's representation."""
@@ -101,6 +104,21 @@ class Events(Part):
                             break
             if event.session is not None and provider_id is not None:
                 seen["session", event.session] = provider_id  # later events of this batch
+            mint = event.mint or own_mint(event.type, event.data)
+            for kind, key in (("plan-mint", plan), ("session-mint", event.session)):
+                if key is None:
+                    continue
+                if mint is None:
+                    column = events.c.plan if kind == "plan-mint" else events.c.session
+                    mint = await lookup(
+                        kind,
+                        key,
+                        sa.select(events.c.mint)
+                        .where((column == key) & events.c.mint.isnot(None))
+                        .limit(1),
+                    )
+                if mint is not None and seen.get((kind, key)) is None:
+                    seen[kind, key] = mint  # later events of this batch
             rows.append(
                 {
                     "id": event.id,
@@ -115,6 +133,7 @@ class Events(Part):
                     "mode": event.mode,
                     "amount": event.amount,
                     "fee": event.fee,
+                    "mint": mint,
                     "data": json.dumps(event.data, separators=(",", ":")),
                 }
             )
@@ -180,4 +199,12 @@ def _event(m: Any) -> Event:
         amount=int(m["amount"]) if m["amount"] is not None else None,
         fee=int(m["fee"]) if m["fee"] is not None else None,
         seq=m["seq"],
+        mint=m["mint"],
     )
+
+
+def own_mint(event_type: str, data: dict[str, Any]) -> str | None:
+    """The mint an event names itself: plan.created's and session.opened's `mint`,
+    payment.settled's `token`. Others take their plan's or session's (`Events.write`)."""
+    value = data.get("token") if event_type == "payment.settled" else data.get("mint")
+    return value if isinstance(value, str) else None

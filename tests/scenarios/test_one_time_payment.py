@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import httpx
@@ -335,19 +335,21 @@ async def test_the_facilitator_pays_fees_only_within_its_limits(world: World) ->
     assert world.chain.token_state(world.destination)["amount"] == 0  # type: ignore[arg-type]
 
 
-async def test_a_pending_settlement_is_asked_again_with_the_same_transfer(world: World) -> None:
-    """The facilitator answers 504 SettlementPending (as when confirmation is slow); the
-    client posts the same signed transfer again rather than paying anew, and is served."""
+FirstAnswer = Callable[[bytes], Awaitable[JSONResponse]]
+
+
+async def paid_through_a_front(world: World, first: FirstAnswer) -> list[bytes]:
+    """Pays GET /v1/data through a facilitator front that answers the first `/authorize`
+    with `first(body)` and forwards everything else; the bodies `/authorize` received."""
     bodies: list[bytes] = []
 
-    async def slow_first(scope: Scope, receive: Receive, send: Send) -> None:
+    async def front(scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         body = await request.body()
         if request.url.path == "/authorize":
             bodies.append(body)
             if len(bodies) == 1:
-                pending = {"error": "SettlementPending", "message": "not yet confirmed"}
-                await JSONResponse(pending, 504)(scope, receive, send)
+                await (await first(body))(scope, receive, send)
                 return
         reply = await world.facilitator.request(
             request.method, request.url.path, content=body,
@@ -356,55 +358,46 @@ async def test_a_pending_settlement_is_asked_again_with_the_same_transfer(world:
         await JSONResponse(reply.json(), reply.status_code)(scope, receive, send)
 
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=slow_first), base_url="http://facilitator"
+        transport=httpx.ASGITransport(app=front), base_url="http://facilitator"
     ) as facilitator:
         auth = PaymentAuth(
             world.wallet, rpc=world.rpc, facilitator=facilitator, max_per_request=USDC
         )
         reply = await world.api.get("/v1/data", auth=auth)
-    assert reply.status_code == 200
-    assert len(bodies) == 2 and bodies[0] == bodies[1]  # the same signed transfer, twice
+    assert reply.status_code == 200, reply.text
     assert world.chain.token_state(world.destination)["amount"] == PRICE  # type: ignore[arg-type]
+    return bodies
+
+
+async def test_a_pending_settlement_is_asked_again_with_the_same_transfer(world: World) -> None:
+    """The facilitator answers 504 SettlementPending (as when confirmation is slow); the
+    client posts the same signed transfer again rather than paying anew, and is served."""
+
+    async def pending(body: bytes) -> JSONResponse:
+        return JSONResponse({"error": "SettlementPending", "message": "not yet confirmed"}, 504)
+
+    bodies = await paid_through_a_front(world, pending)
+    assert len(bodies) == 2 and bodies[0] == bodies[1]  # the same signed transfer, twice
 
 
 async def test_a_payment_whose_blockhash_expired_unpaid_is_signed_again(world: World) -> None:
     """The facilitator answers 400 BlockhashExpired (its sends were dropped until the
     blockhash's last valid block height passed: nothing was paid); the client signs a new
     transfer with a fresh blockhash rather than failing the request, and pays once."""
-    bodies: list[bytes] = []
 
-    async def expired_first(scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope, receive)
-        body = await request.body()
-        if request.url.path == "/authorize":
-            bodies.append(body)
-            if len(bodies) == 1:  # answered once the cluster has moved past its blockhash
-                signed = json.loads(body)["signedPayment"]
-                first = VersionedTransaction.from_bytes(base64.b64decode(signed))
-                for _ in range(100):
-                    latest = await world.rpc.get_latest_blockhash(Confirmed)
-                    if latest.value.blockhash != first.message.recent_blockhash:
-                        break
-                    await asyncio.sleep(0.1)
-                expired = {"error": "BlockhashExpired", "message": "nothing was paid"}
-                await JSONResponse(expired, 400)(scope, receive, send)
-                return
-        reply = await world.facilitator.request(
-            request.method, request.url.path, content=body,
-            headers={"content-type": "application/json"},
-        )  # fmt: skip
-        await JSONResponse(reply.json(), reply.status_code)(scope, receive, send)
+    async def expired(body: bytes) -> JSONResponse:
+        # answered once the cluster has moved past the transfer's blockhash
+        signed = json.loads(body)["signedPayment"]
+        first = VersionedTransaction.from_bytes(base64.b64decode(signed))
+        for _ in range(100):
+            latest = await world.rpc.get_latest_blockhash(Confirmed)
+            if latest.value.blockhash != first.message.recent_blockhash:
+                break
+            await asyncio.sleep(0.1)
+        return JSONResponse({"error": "BlockhashExpired", "message": "nothing was paid"}, 400)
 
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=expired_first), base_url="http://facilitator"
-    ) as facilitator:
-        auth = PaymentAuth(
-            world.wallet, rpc=world.rpc, facilitator=facilitator, max_per_request=USDC
-        )
-        reply = await world.api.get("/v1/data", auth=auth)
-    assert reply.status_code == 200
+    bodies = await paid_through_a_front(world, expired)
     assert len(bodies) == 2 and bodies[0] != bodies[1]  # a new transfer, signed again
-    assert world.chain.token_state(world.destination)["amount"] == PRICE  # type: ignore[arg-type]
 
 
 async def _data(request: Request) -> JSONResponse:

@@ -32,6 +32,7 @@ class TokenInstruction(IntEnum):
     INITIALIZE_MINT2 = 20
     INITIALIZE_MINT_CLOSE_AUTHORITY = 25
     TRANSFER_FEE_EXTENSION = 26
+    CONFIDENTIAL_TRANSFER_EXTENSION = 27
     DEFAULT_ACCOUNT_STATE_EXTENSION = 28
     REALLOCATE = 29
     MEMO_TRANSFER_EXTENSION = 30
@@ -40,12 +41,14 @@ class TokenInstruction(IntEnum):
     INTEREST_BEARING_MINT_EXTENSION = 33
     INITIALIZE_PERMANENT_DELEGATE = 35
     TRANSFER_HOOK_EXTENSION = 36
+    SCALED_UI_AMOUNT_EXTENSION = 43
     PAUSABLE_EXTENSION = 44
 
 
 # Sub-instruction numbers (the second data byte) of the extension families above.
 TRANSFER_FEE_INITIALIZE, TRANSFER_FEE_SET = 0, 5
-SUB_INITIALIZE, SUB_UPDATE = 0, 1  # DefaultAccountState, InterestBearing, TransferHook
+# DefaultAccountState, InterestBearing, TransferHook, ConfidentialTransfer, ScaledUiAmount
+SUB_INITIALIZE, SUB_UPDATE = 0, 1
 MEMO_ENABLE, MEMO_DISABLE = 0, 1
 PAUSABLE_INITIALIZE, PAUSABLE_PAUSE, PAUSABLE_RESUME = 0, 1, 2
 
@@ -190,6 +193,28 @@ def initialize_interest_bearing_mint(
     return _on_mint(mint, data + _maybe_arg(rate_authority) + struct.pack("<h", rate_bps))
 
 
+def initialize_confidential_transfer_mint(
+    mint: Pubkey, authority: Pubkey | None, *, auto_approve: bool = True
+) -> Instruction:
+    """ConfidentialTransfer InitializeMint (27/0): authority (32 bytes, zero for none),
+    whether new accounts are approved at once (a bool byte), no auditor (32 zero bytes).
+    Public balances and `transfer_checked` work as on any mint; an account takes
+    confidential credits only once it is configured for them."""
+    data = bytes([TokenInstruction.CONFIDENTIAL_TRANSFER_EXTENSION, SUB_INITIALIZE])
+    return _on_mint(mint, data + _maybe_arg(authority) + bytes([auto_approve]) + bytes(32))
+
+
+def initialize_scaled_ui_amount(
+    mint: Pubkey, authority: Pubkey | None, multiplier: float
+) -> Instruction:
+    """ScaledUiAmount Initialize (43/0): authority (32 bytes, zero for none), multiplier
+    (f64): what wallets show is the raw amount times it; transfers move raw amounts."""
+    if not multiplier > 0 or multiplier == float("inf"):
+        raise ValueError(f"a scaled UI amount's multiplier must be positive, got {multiplier}")
+    data = bytes([TokenInstruction.SCALED_UI_AMOUNT_EXTENSION, SUB_INITIALIZE])
+    return _on_mint(mint, data + _maybe_arg(authority) + struct.pack("<d", multiplier))
+
+
 def initialize_pausable(mint: Pubkey, authority: Pubkey) -> Instruction:
     """Pausable Initialize (44/0): the authority that may pause and resume (32 bytes, not
     optional)."""
@@ -276,13 +301,16 @@ def create_mint_instructions(
     non_transferable: bool = False,
     default_frozen: bool = False,
     interest_rate: int | None = None,
+    confidential_transfers: bool = False,
+    scaled_ui_multiplier: float | None = None,
     close_authority: Pubkey | None = None,
     freeze_authority: Pubkey | None = None,
     rent_lamports: int | Callable[[int], int],
 ) -> list[Instruction]:
     """A Token-2022 mint's creation, in order: create_account (payer and mint sign), the
     extension initializers, InitializeMint2. The mint authority also holds every extension
-    authority (fee config and withheld withdrawal, hook, pause, interest rate).
+    authority (fee config and withheld withdrawal, hook, pause, interest rate, confidential
+    transfers, UI multiplier).
 
     `transfer_fee` is (basis points, maximum fee). `rent_lamports` is the rent-exempt
     balance for the mint's size, or a function from size to it (e.g.
@@ -321,6 +349,12 @@ def create_mint_instructions(
         inits.append((ET.TRANSFER_HOOK, ix))
     if pausable:
         inits.append((ET.PAUSABLE, initialize_pausable(mint, mint_authority)))
+    if confidential_transfers:
+        ix = initialize_confidential_transfer_mint(mint, mint_authority)
+        inits.append((ET.CONFIDENTIAL_TRANSFER_MINT, ix))
+    if scaled_ui_multiplier is not None:
+        ix = initialize_scaled_ui_amount(mint, mint_authority, scaled_ui_multiplier)
+        inits.append((ET.SCALED_UI_AMOUNT, ix))
     space = mint_space(kind for kind, _ in inits)
     lamports = rent_lamports(space) if callable(rent_lamports) else rent_lamports
     create = create_account(

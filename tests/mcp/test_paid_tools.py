@@ -35,7 +35,7 @@ async def test_each_protocol_pays_the_tool_once(shop: Shop, protocol: str) -> No
         paid = await paying.call_tool("forecast", {"city": "Lisbon"})
     assert not paid.is_error, paid.result
     assert paid.result.content[0].text == "sunny in Lisbon"
-    assert paid.protocol == protocol and paid.amount == PRICE
+    assert paid.protocol == protocol and paid.amount == paid.settled == PRICE
     assert shop.calls == ["forecast Lisbon"]
     assert shop.market.received() == PRICE
     if protocol == "x402":

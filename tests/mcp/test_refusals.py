@@ -128,7 +128,7 @@ def _terms(structured: Any) -> Any:
 async def test_a_tool_that_raises_is_not_charged(shop: Shop, protocol: str) -> None:
     async with shop.client(shop.auth(shop.buyer(), (protocol,))) as paying:
         paid = await paying.call_tool("broken", {"city": "Lisbon"})
-    assert paid.is_error and paid.protocol is None
+    assert paid.is_error and paid.protocol is None and paid.settled == 0
     assert shop.calls == ["broken Lisbon"] and shop.market.received() == 0
 
 
@@ -203,6 +203,7 @@ async def test_a_settlement_without_an_answer_is_pending_then_reconciled(shop: S
         paying = PayingSession(recording, shop.auth(shop.buyer(), ("x402",)), "weather")
         result = await paying.call_tool("forecast", {"city": "Lisbon"})
         assert not result.is_error and result.pending, result
+        assert (result.amount, result.settled) == (PRICE, 0)  # signed, not yet known paid
         assert (result.result.meta or {})["svcpay/settlement"] == "pending"
         x402 = paid.core.x402
         assert x402 is not None and await x402.pending.count() == 1

@@ -42,14 +42,22 @@ class PaymentRequiredError(Exception):
 class Paid:
     """A tool's result, and what was paid for it (`protocol` None: nothing). `receipt`:
     x402's SettleResponse, MPP's receipt, or svcpay's proof (decoded), as the server and
-    the payment gave it; `amount`: base units this call spent (within `PaymentAuth`'s
-    limits); `pending`: the server got no answer settling it (it settles later)."""
+    the payment gave it; `amount`: base units this call counted against `PaymentAuth`'s
+    limits (what was signed, kept there until it is proven unpaid); `pending`: the server
+    got no answer settling it (it settles later); `settled`: what is known paid."""
 
     result: Any
     protocol: str | None = None
     receipt: dict[str, Any] = field(default_factory=dict)
     amount: int = 0
     pending: bool = False
+
+    @property
+    def settled(self) -> int:
+        """Base units known paid for this call: `amount` once the server settled it; 0
+        while its settlement is pending, for a tool that failed (nothing is charged), and
+        for a call paid by a subscription or not paid at all."""
+        return 0 if self.pending or self.protocol is None else self.amount
 
     @property
     def is_error(self) -> bool:

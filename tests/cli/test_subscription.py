@@ -105,3 +105,38 @@ def test_show_tells_plans_and_subscriptions_apart(
     assert as_plan.code == 3 and "not a plan" in as_plan.err
     as_sub = cli("subscription", "show", str(plan.address))
     assert as_sub.code == 3 and "not a subscription" in as_sub.err
+
+
+def test_an_allowance_is_added_to_a_subscription_made_without_one(
+    cli: Cli, chain: Chain, billing: Billing, tmp_path: Path
+) -> None:
+    """As after `svcpay pay --yes` subscribed with no allowance (issue 38): `subscription
+    allowance` adds one, and sets its cap after; `subscribe --allowance-cap` on the
+    subscription held does the same, charging nothing."""
+    plan = billing.plan(amount=USDC)
+    subscriber = billing.subscriber(plan, balance=5 * USDC)
+    assert billing.subscribe(plan, subscriber).ok
+    sub_id = str(pda.subscription_address(plan.address, subscriber.pubkey))
+    key = keyfile(tmp_path, subscriber.keypair)
+    assert cli.ok("subscription", "show", sub_id)["allowance"] is None
+
+    added = cli("subscription", "allowance", sub_id, "2", "--keypair", key)
+    assert added.code == 0, added.err
+    assert "allowance added: 2.00 per cycle" in added.out
+    assert "0.00 of 2.00 used this cycle" in added.out
+    raised = cli.ok("subscription", "allowance", sub_id, "3.5", "--keypair", key)
+    assert raised["allowance"] == {"cap": 3_500_000, "used": 0, "totalDeducted": 0, "cycle": 1}
+
+    stranger = keyfile(tmp_path, chain.funded_keypair(), "stranger.json")
+    refused = cli("subscription", "allowance", sub_id, "9", "--keypair", stranger)
+    assert refused.code == 1 and "only its subscriber may set its allowance" in refused.err
+    zero = cli("subscription", "allowance", sub_id, "0", "--keypair", key)
+    assert zero.code != 0 and "Traceback" not in zero.err
+
+    other = billing.subscriber(plan, balance=5 * USDC)
+    assert billing.subscribe(plan, other).ok
+    other_key = keyfile(tmp_path, other.keypair, "other.json")
+    held = cli("subscribe", str(plan.address), "--allowance-cap", "1", "--keypair", other_key)
+    assert held.code == 0, held.err
+    assert "already subscribed, nothing charged; allowance added: 1.00 per cycle" in held.out
+    assert chain.token_state(other.token_account)["amount"] == 4 * USDC  # one period, once

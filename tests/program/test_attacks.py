@@ -659,7 +659,8 @@ WRONG_OWNER = [
     case("resume", "AccountOwnedByWrongProgram", plan="alice.wallet"),
     case("cancel", "AccountOwnedByWrongProgram", subscription="alice.wallet"),
     case("set_allowance_cap", "AccountOwnedByWrongProgram", subscription="alice.token"),
-    case("set_allowance_cap", "AccountOwnedByWrongProgram", allowance="alice.wallet"),
+    # init_if_needed: the allowance's address is checked (seeds) before its owner
+    case("set_allowance_cap", "ConstraintSeeds", allowance="alice.wallet"),
     case("close_subscription", "AccountOwnedByWrongProgram", subscription="alice.wallet"),
     case("close_subscription", "AccountOwnedByWrongProgram", allowance="plan.mint"),
     case("open_session", "MintMismatch", mint="carol.wallet"),
@@ -729,8 +730,9 @@ SUBSTITUTION = [
     case("cancel", "Unauthorized", subscription="bob.subscription"),
     case("cancel", "Unauthorized", authority="other.authority"),
     case("set_allowance_cap", "ConstraintHasOne", subscriber="bob.wallet"),
-    case("set_allowance_cap", "ConstraintHasOne", subscription="bob.subscription"),
-    case("set_allowance_cap", "ConstraintHasOne", allowance="bob.allowance"),
+    # the allowance's seeds name the subscription: a mismatch fails there first
+    case("set_allowance_cap", "ConstraintSeeds", subscription="bob.subscription"),
+    case("set_allowance_cap", "ConstraintSeeds", allowance="bob.allowance"),
     case("close_subscription", "ConstraintHasOne", subscriber="bob.wallet"),
     case("close_subscription", "ConstraintHasOne", subscription="bob.subscription"),
     case("close_subscription", "ConstraintHasOne", allowance="bob.allowance"),
@@ -779,7 +781,7 @@ COSPLAY = [
     case("resume", "AccountDiscriminatorMismatch", subscription="plan"),
     case("cancel", "AccountDiscriminatorMismatch", subscription="alice.allowance"),
     case("set_allowance_cap", "AccountDiscriminatorMismatch", subscription="alice.allowance"),
-    case("set_allowance_cap", "AccountDiscriminatorMismatch", allowance="alice.subscription"),
+    case("set_allowance_cap", "ConstraintSeeds", allowance="alice.subscription"),
     case("close_subscription", "AccountDiscriminatorMismatch", subscription="alice.allowance"),
     case("close_subscription", "AccountDiscriminatorMismatch", allowance="plan"),
     case("redeem_session", "AccountDiscriminatorMismatch", session="alice.subscription"),
@@ -1032,7 +1034,7 @@ NON_CANONICAL = [
     case("deduct_allowance", "AccountNotInitialized", allowance="alice.allowance~"),
     case("deduct_allowance", "DelegationMissing", delegate="alice.delegate~"),
     case("pause", "AccountNotInitialized", subscription="alice.subscription~"),
-    case("set_allowance_cap", "AccountNotInitialized", allowance="alice.allowance~"),
+    case("set_allowance_cap", "ConstraintSeeds", allowance="alice.allowance~"),
     case("close_subscription", "AccountNotInitialized", subscription="alice.subscription~"),
 ]
 

@@ -1,12 +1,16 @@
-"""set_allowance_cap: the subscriber raises the cap and is served again."""
+"""set_allowance_cap: the subscriber raises the cap and is served again; a subscription
+made without an allowance gets one (issue 38), starting with the cycle it is in, and
+renews and closes with it."""
 
 from __future__ import annotations
 
 from svcpay.program import instructions, pda
 from svcpay.program.generated import instructions as gen
+from svcpay.program.generated.accounts.allowance import Allowance
 from tests.support.asserts import assert_program_error
 from tests.support.billing import USDC, Billing, deduct_ix
 from tests.support.chain import Chain
+from tests.support.clock import Clock
 
 
 def test_raising_the_cap_serves_again(chain: Chain, billing: Billing) -> None:
@@ -49,3 +53,77 @@ def test_only_the_subscriber_sets_the_cap_and_never_to_zero(chain: Chain, billin
     result = chain.send([gen.set_allowance_cap({"cap": 5 * USDC}, accounts)], [provider])  # type: ignore[arg-type]
     assert not result.ok
     assert "ConstraintHasOne" in "\n".join(result.logs)
+
+
+def test_a_subscription_made_without_an_allowance_gets_one(
+    chain: Chain, billing: Billing, clock: Clock
+) -> None:
+    plan = billing.plan(amount=USDC, period_secs=clock.days(6))
+    sub = billing.subscriber(plan, balance=10 * USDC)
+    assert billing.subscribe(plan, sub).ok
+    signer = plan.billing_authority
+    assert not chain.send([deduct_ix(plan, sub, 1, signer.pubkey())], [signer]).ok
+    subscription = pda.subscription_address(plan.address, sub.pubkey)
+    address = pda.allowance_address(subscription)
+    lamports = chain.balance(sub.pubkey)
+
+    added = chain.send(
+        [instructions.set_allowance_cap(sub.pubkey, plan.address, 2 * USDC)], [sub.keypair]
+    )
+
+    assert added.ok, added.logs
+    event = added.event("AllowanceCapChanged")
+    assert (event.data["old_cap"], event.data["new_cap"], event.data["used"]) == (0, 2 * USDC, 0)
+    account = chain.account(address)
+    assert account is not None and chain.balance(sub.pubkey) < lamports - account.lamports + 1
+    state = Allowance.decode(bytes(account.data))
+    assert (state.subscription, state.cap, state.used, state.cycle) == (
+        subscription,
+        2 * USDC,
+        0,
+        1,
+    )
+    assert billing.subscription(plan, sub).has_allowance
+    assert chain.send([deduct_ix(plan, sub, USDC, signer.pubkey())], [signer]).ok
+
+    # the crank now renews it with its allowance, whose cycle starts again
+    clock.advance_to(billing.subscription(plan, sub).current_period_end)
+    assert_program_error(billing.collect(plan, sub), "NoAllowance")
+    renewed = billing.collect(plan, sub, has_allowance=True)
+    assert renewed.ok, renewed.logs
+    account = chain.account(address)
+    assert account is not None
+    state = Allowance.decode(bytes(account.data))
+    assert (state.used, state.total_deducted, state.cycle) == (0, USDC, 2)
+
+    # a second call only changes the cap: nothing is created or reset
+    again = chain.send(
+        [instructions.set_allowance_cap(sub.pubkey, plan.address, 3 * USDC)], [sub.keypair]
+    )
+    assert again.ok, again.logs
+    assert again.event("AllowanceCapChanged").data["old_cap"] == 2 * USDC
+
+
+def test_only_its_subscriber_adds_an_allowance_and_only_while_it_lives(
+    chain: Chain, billing: Billing
+) -> None:
+    plan = billing.plan(amount=USDC)
+    sub = billing.subscriber(plan, balance=10 * USDC)
+    assert billing.subscribe(plan, sub).ok
+    subscription = pda.subscription_address(plan.address, sub.pubkey)
+    for intruder in (plan.authority, plan.billing_authority):  # the provider's keys
+        accounts = {
+            "subscriber": intruder.pubkey(),
+            "subscription": subscription,
+            "allowance": pda.allowance_address(subscription),
+        }
+        result = chain.send([gen.set_allowance_cap({"cap": USDC}, accounts)], [intruder])  # type: ignore[arg-type]
+        assert not result.ok and "ConstraintHasOne" in "\n".join(result.logs)
+        assert chain.account(pda.allowance_address(subscription)) is None
+
+    cancel = instructions.cancel(sub.pubkey, plan.address, sub.pubkey, at_period_end=False)
+    assert chain.send([cancel], [sub.keypair]).ok
+    late = instructions.set_allowance_cap(sub.pubkey, plan.address, USDC)
+    assert_program_error(chain.send([late], [sub.keypair]), "SubscriptionEnded")
+    close = instructions.close_subscription(sub.pubkey, plan.address, has_allowance=False)
+    assert chain.send([close], [sub.keypair]).ok

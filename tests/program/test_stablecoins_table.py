@@ -22,10 +22,16 @@ from spl.token.instructions import (
 )
 from spl.token.models import ThawAccountParams, TransferCheckedParams
 
-from svcpay.program import instructions
-from svcpay.program.client import BillingClient, status_name
+from svcpay.program.client import BillingClient
 from svcpay.protocol.programs import TOKEN_2022_PROGRAM
-from tests.program.test_token2022 import balance, funded, plan_on
+from tests.program.test_token2022 import (
+    balance,
+    collect_when_due,
+    funded,
+    plan_on,
+    plan_refused,
+    renewal_fails,
+)
 from tests.support.billing import USDC
 from tests.support.chain import Chain
 from tests.support.clock import Clock
@@ -109,10 +115,7 @@ async def test_a_permanent_delegate_mint_bills_and_its_issuer_can_move_any_holde
     plan, _, facilitator, destination = await plan_on(chain, client, mint, period=8)
     subscriber, source = funded(chain, mint, 3 * USDC)
     sub = await client.subscribe(plan, subscriber)
-    state = await client.fetch_subscription(sub)
-    assert state is not None
-    clock.advance_to(state.current_period_end)
-    renewed = await client.collect(sub, facilitator)
+    renewed = await collect_when_due(client, clock, sub, facilitator)
     assert renewed.event("SubscriptionRenewed") is not None
     assert balance(chain, destination) == 2 * USDC and balance(chain, source) == USDC
 
@@ -127,14 +130,7 @@ async def test_a_permanent_delegate_mint_bills_and_its_issuer_can_move_any_holde
     chain.send_ok([take], [issuer])  # the subscriber signed nothing
     assert balance(chain, source) == 0 and balance(chain, to) == USDC
 
-    state = await client.fetch_subscription(sub)
-    assert state is not None
-    clock.advance_to(state.current_period_end)
-    failed = await client.collect(sub, facilitator)
-    event = failed.event("RenewalFailed")
-    assert event is not None and type(event.data["reason"]).__name__ == "InsufficientFunds"
-    past_due = await client.fetch_subscription(sub)
-    assert past_due is not None and status_name(past_due) == "PastDue"
+    await renewal_fails(client, clock, sub, facilitator, "InsufficientFunds")
 
 
 def thaw(chain: Chain, mint: Pubkey, account: Pubkey) -> None:
@@ -152,13 +148,7 @@ async def test_accounts_that_start_frozen_work_once_thawed(
     mint = t22_mint(chain, default_frozen=True, freeze_authority=chain.payer.pubkey())
     provider, facilitator = chain.funded_keypair(), chain.funded_keypair()
     destination = chain.token_account(provider.pubkey(), mint, program_id=TOKEN_2022_PROGRAM)
-    ix = instructions.create_plan(
-        provider.pubkey(), 1, mint, destination, facilitator.pubkey(), USDC, 8, 3600,
-        token_program=TOKEN_2022_PROGRAM,
-    )  # fmt: skip
-    refused = chain.send([ix], [provider])
-    assert not refused.ok and refused.program_error is not None
-    assert refused.program_error.name == "TokenAccountMismatch", refused.logs
+    plan_refused(chain, provider, mint, destination, "TokenAccountMismatch")
 
     thaw(chain, mint, destination)
     plan = await client.create_plan(
@@ -171,10 +161,8 @@ async def test_accounts_that_start_frozen_work_once_thawed(
     thaw(chain, mint, source)
     chain.mint_to(mint, source, 3 * USDC, program_id=TOKEN_2022_PROGRAM)
     sub = await client.subscribe(plan, subscriber)
-    state = await client.fetch_subscription(sub)
-    assert state is not None
-    clock.advance_to(state.current_period_end)
-    assert (await client.collect(sub, facilitator)).event("SubscriptionRenewed") is not None
+    renewed = await collect_when_due(client, clock, sub, facilitator)
+    assert renewed.event("SubscriptionRenewed") is not None
     assert balance(chain, destination) == 2 * USDC and balance(chain, source) == USDC
 
 
@@ -186,10 +174,8 @@ async def test_a_confidential_transfer_mint_bills_from_the_public_balance(
     subscriber, source = funded(chain, mint, 3 * USDC)
     sub = await client.subscribe(plan, subscriber, max_overage=USDC)
     await client.deduct_allowance(sub, USDC // 4, facilitator)
-    state = await client.fetch_subscription(sub)
-    assert state is not None
-    clock.advance_to(state.current_period_end)
-    assert (await client.collect(sub, facilitator)).event("SubscriptionRenewed") is not None
+    renewed = await collect_when_due(client, clock, sub, facilitator)
+    assert renewed.event("SubscriptionRenewed") is not None
     assert balance(chain, destination) == 2 * USDC + USDC // 4
     assert balance(chain, source) == 3 * USDC - 2 * USDC - USDC // 4
 
@@ -209,10 +195,8 @@ async def test_prices_are_raw_base_units_whatever_wallets_show(
     subscriber, source = funded(chain, mint, 3 * USDC)
     sub = await client.subscribe(plan, subscriber)
     assert balance(chain, destination) == USDC and balance(chain, source) == 2 * USDC
-    state = await client.fetch_subscription(sub)
-    assert state is not None
-    clock.advance_to(state.current_period_end)
-    assert (await client.collect(sub, facilitator)).event("SubscriptionRenewed") is not None
+    renewed = await collect_when_due(client, clock, sub, facilitator)
+    assert renewed.event("SubscriptionRenewed") is not None
     assert balance(chain, destination) == 2 * USDC and balance(chain, source) == USDC
     shown = chain.rpc("getTokenAccountBalance", str(destination), {"commitment": "confirmed"})[
         "value"

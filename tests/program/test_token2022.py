@@ -18,7 +18,7 @@ from svcpay.facilitator import crank
 from svcpay.facilitator.store import Store
 from svcpay.gate.chain import ChainSubscriptions
 from svcpay.program import errors, instructions, pda
-from svcpay.program.client import BillingClient, TransactionError, status_name
+from svcpay.program.client import BillingClient, Receipt, TransactionError, status_name
 from svcpay.program.session_client import Sessions
 from svcpay.protocol import token2022 as t22
 from svcpay.protocol.programs import TOKEN_2022_PROGRAM, TOKEN_PROGRAM
@@ -53,6 +53,40 @@ async def plan_on(
     return plan, provider, facilitator, destination
 
 
+async def collect_when_due(
+    client: BillingClient, clock: Clock, sub: Pubkey, facilitator: Keypair
+) -> Receipt:
+    """`collect` once the subscription's current period has ended."""
+    state = await client.fetch_subscription(sub)
+    assert state is not None
+    clock.advance_to(state.current_period_end)
+    return await client.collect(sub, facilitator)
+
+
+async def renewal_fails(
+    client: BillingClient, clock: Clock, sub: Pubkey, facilitator: Keypair, reason: str
+) -> None:
+    """The renewal when due fails for `reason`, and the subscription goes past due."""
+    failed = await collect_when_due(client, clock, sub, facilitator)
+    event = failed.event("RenewalFailed")
+    assert event is not None and type(event.data["reason"]).__name__ == reason
+    past_due = await client.fetch_subscription(sub)
+    assert past_due is not None and status_name(past_due) == "PastDue"
+
+
+def plan_refused(
+    chain: Chain, provider: Keypair, mint: Pubkey, destination: Pubkey, error: str
+) -> None:
+    """`create_plan` on `mint` paying `destination` fails with the program's `error`."""
+    ix = instructions.create_plan(
+        provider.pubkey(), 1, mint, destination, provider.pubkey(), USDC, 30, 0,
+        token_program=TOKEN_2022_PROGRAM,
+    )  # fmt: skip
+    result = chain.send([ix], [provider])
+    assert not result.ok and result.program_error is not None
+    assert result.program_error.name == error, result.logs
+
+
 def funded(chain: Chain, mint: Pubkey, amount: int) -> tuple[Keypair, Pubkey]:
     who = chain.funded_keypair()
     return who, chain.token_account(who.pubkey(), mint, amount, program_id=TOKEN_2022_PROGRAM)
@@ -75,10 +109,7 @@ async def test_a_pyusd_like_mint_runs_subscribe_renewal_and_metered_deduct(
     assert (event.data["amount"], event.data["fee"], event.data["net"]) == (USDC // 2, 0, USDC // 2)
     assert hook_transfers(chain, mint) == 2
 
-    state = await client.fetch_subscription(sub)
-    assert state is not None
-    clock.advance_to(state.current_period_end)
-    renewed = await client.collect(sub, facilitator)
+    renewed = await collect_when_due(client, clock, sub, facilitator)
     event = renewed.event("SubscriptionRenewed")
     assert event is not None and (event.data["fee"], event.data["net"]) == (0, USDC)
     assert hook_transfers(chain, mint) == 3
@@ -186,15 +217,7 @@ async def test_a_mint_paused_mid_period_makes_the_renewal_past_due_until_resumed
     subscriber, _ = funded(chain, mint, 10 * USDC)
     sub = await client.subscribe(plan, subscriber)
     chain.send_ok([t22.pause(mint, chain.payer.pubkey())], [chain.payer])
-    state = await client.fetch_subscription(sub)
-    assert state is not None
-    clock.advance_to(state.current_period_end)
-
-    failed = await client.collect(sub, facilitator)
-    event = failed.event("RenewalFailed")
-    assert event is not None and type(event.data["reason"]).__name__ == "MintPaused"
-    past_due = await client.fetch_subscription(sub)
-    assert past_due is not None and status_name(past_due) == "PastDue"
+    await renewal_fails(client, clock, sub, facilitator, "MintPaused")
 
     chain.send_ok([t22.resume(mint, chain.payer.pubkey())], [chain.payer])
     recovered = await client.collect(sub, facilitator)
@@ -222,13 +245,7 @@ def test_create_plan_refuses_what_payments_cannot_use(
         )
         memo = t22.enable_required_memo_transfers(destination, provider.pubkey())
         chain.send_ok([grow, memo], [chain.payer, provider])
-    ix = instructions.create_plan(
-        provider.pubkey(), 1, mint, destination, provider.pubkey(), USDC, 30, 0,
-        token_program=TOKEN_2022_PROGRAM,
-    )  # fmt: skip
-    result = chain.send([ix], [provider])
-    assert not result.ok and result.program_error is not None
-    assert result.program_error.name == error, result.logs
+    plan_refused(chain, provider, mint, destination, error)
 
 
 async def test_a_subscriber_account_with_a_cpi_guard_is_refused_until_it_is_off(

@@ -352,7 +352,7 @@ class Model:
 
     def _set_cap(self, a: Action, now: int) -> str:
         sub = self.subs.get((a.plan, a.subscriber))
-        if sub is None or not sub.has_allowance:
+        if sub is None:
             return "AccountNotInitialized"
         if a.actor != subscriber_actor(a.subscriber):
             return "ConstraintHasOne"
@@ -360,6 +360,9 @@ class Model:
             return "ZeroAmount"
         if not sub.live:
             return "SubscriptionEnded"
+        if not sub.has_allowance:  # made without one: it gets one, from this cycle
+            sub.has_allowance, sub.used, sub.total_deducted = True, 0, 0
+            sub.allowance_cycle = sub.cycles
         sub.cap = a.amount
         return OK
 
@@ -1187,7 +1190,7 @@ def likely_target(kind: str, sub: SubModel | None) -> bool:
     if kind == "deduct":
         return sub.has_allowance and sub.live
     if kind == "set_cap":
-        return sub.has_allowance
+        return sub.live  # one without an allowance gets one
     if kind == "close":
         return not sub.live
     if kind == "resume":

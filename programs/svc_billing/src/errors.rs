@@ -25,7 +25,7 @@ pub enum BillingError {
     Unauthorized,
     #[msg("the current period has not ended yet")]
     NotDue,
-    #[msg("this subscription has no allowance; subscribe with max_overage")]
+    #[msg("this subscription has no allowance; set_allowance_cap adds one")]
     NoAllowance,
     #[msg("the token account or mint does not match the plan's mint")]
     MintMismatch,

@@ -115,7 +115,8 @@ pub mod svc_billing {
         ChangeSubscription::cancel(ctx, at_period_end)
     }
 
-    /// Sets the metered cap per cycle (subscriber).
+    /// Sets the metered cap per cycle (subscriber), adding the allowance to a live
+    /// subscription made without one.
     #[access_control(ctx.accounts.validate(cap))]
     pub fn set_allowance_cap(ctx: Context<SetAllowanceCap>, cap: u64) -> Result<()> {
         SetAllowanceCap::handler(ctx, cap)

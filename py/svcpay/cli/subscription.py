@@ -1,4 +1,4 @@
-"""`svcpay subscribe` and `svcpay subscription show|pause|resume|cancel`."""
+"""`svcpay subscribe` and `svcpay subscription show|allowance|pause|resume|cancel`."""
 
 from __future__ import annotations
 
@@ -163,6 +163,8 @@ async def _subscribe(args: argparse.Namespace, subscriber: Keypair) -> int:
             said = "subscribed"
         else:
             address, said = held[0], "already subscribed, nothing charged"
+            if cap is not None:  # the allowance asked for, on the subscription held
+                said += "; " + await _set_allowance(billing, address, cap, subscriber)
         sub, allowance = await fetch_subscription(billing, address)
     lines = [f"{said}: subscription id {address} (send it in X-Svc-Sub)"]
     emit(
@@ -185,6 +187,45 @@ async def _show(args: argparse.Namespace) -> int:
         args,
         subscription_json(address, sub, allowance),
         subscription_lines(address, sub, allowance),
+    )
+    return 0
+
+
+async def _set_allowance(
+    billing: BillingClient, address: Pubkey, cap: int, subscriber: Keypair
+) -> str:
+    """Sets the metered cap of `address`, adding the allowance if it has none; what was done."""
+    sub, allowance = await fetch_subscription(billing, address)
+    if sub.subscriber != subscriber.pubkey():
+        raise CliError(
+            f"{address} is {sub.subscriber}'s subscription: only its subscriber may set its "
+            "allowance (--keypair)"
+        )
+    shown = format_units(cap, sub.terms.decimals)
+    if allowance is None:
+        await send(lambda: billing.set_allowance(address, cap, subscriber))
+        return f"allowance added: {shown} per cycle"
+    if allowance.cap == cap:
+        return f"allowance already {shown} per cycle"
+    await send(lambda: billing.set_allowance(address, cap, subscriber))
+    return f"allowance cap {format_units(allowance.cap, sub.terms.decimals)} -> {shown} per cycle"
+
+
+def allowance(args: argparse.Namespace) -> int:
+    subscriber = load_signer(args)
+    return run(_allowance(args, subscriber))
+
+
+async def _allowance(args: argparse.Namespace, subscriber: Keypair) -> int:
+    address: Pubkey = args.subscription
+    async with billing_client(args) as billing:
+        sub, _ = await fetch_subscription(billing, address)
+        done = await _set_allowance(
+            billing, address, args.cap.to_base(sub.terms.decimals), subscriber
+        )
+        sub, held = await fetch_subscription(billing, address)
+    emit(
+        args, subscription_json(address, sub, held), [done, *subscription_lines(address, sub, held)]
     )
     return 0
 
@@ -253,7 +294,7 @@ def register(subparsers: Subparsers) -> None:
         subparsers,
         "subscription",
         None,
-        help="show, pause, resume or cancel a subscription",
+        help="show a subscription, set its allowance, pause, resume or cancel it",
         description="A subscription, named by its id (the address sent in X-Svc-Sub). Pause, "
         "resume and cancel are signed by --keypair: the subscriber or the plan's authority.",
         global_options=False,
@@ -267,6 +308,19 @@ def register(subparsers: Subparsers) -> None:
         description="Shows a subscription's status, terms, period, payments and allowance.",
     )
     p.add_argument("subscription", type=pubkey_arg, metavar="SUB", help=SUB_HELP)
+    p = command(
+        sub,
+        "allowance",
+        allowance,
+        help="set a subscription's metered allowance per cycle (adding one if it has none)",
+        description="Sets the metered allowance of SUB (the cap on usage charged per cycle, "
+        "the spec's maxOverage), signed by its subscriber (--keypair). A subscription made "
+        "without one (e.g. by `svcpay pay --yes`) gets one; the subscriber pays its rent, "
+        "returned when the subscription is closed.",
+        epilog=AMOUNTS,
+    )
+    p.add_argument("subscription", type=pubkey_arg, metavar="SUB", help=SUB_HELP)
+    p.add_argument("cap", type=amount_arg, metavar="AMOUNT", help="per cycle, e.g. 20 or 20000000u")
     for action, short, text in (
         ("pause", "pause a subscription (no access, no charges)",
          "Pauses an ACTIVE subscription: access stops and nothing is charged until it resumes."),

@@ -426,6 +426,8 @@ class BillingClient:
     async def set_allowance(
         self, subscription: Pubkey | str, cap: int, subscriber: Keypair
     ) -> Receipt:
+        """Sets the metered cap per cycle, adding the allowance to a live subscription made
+        without one."""
         sub = await self._subscription(subscription)
         ix = instructions.set_allowance_cap(subscriber.pubkey(), sub.plan, cap)
         return await self.send([ix], [subscriber])

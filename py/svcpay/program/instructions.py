@@ -208,7 +208,8 @@ def cancel(authority: Pubkey, plan: Pubkey, subscriber: Pubkey, at_period_end: b
 
 
 def set_allowance_cap(subscriber: Pubkey, plan: Pubkey, cap: int) -> Instruction:
-    """Sets the metered cap per cycle of `subscriber`'s subscription to `plan`."""
+    """Sets the metered cap per cycle of `subscriber`'s subscription to `plan`, adding the
+    allowance when it has none (the subscriber pays its rent)."""
     subscription = pda.subscription_address(plan, subscriber)
     return gen.set_allowance_cap(
         {"cap": cap},

@@ -102,12 +102,12 @@ class NotDue(ProgramError):
 class NoAllowance(ProgramError):
     def __init__(self) -> None:
         super().__init__(
-            6010, "this subscription has no allowance; subscribe with max_overage"
+            6010, "this subscription has no allowance; set_allowance_cap adds one"
         )
 
     code = 6010
     name = "NoAllowance"
-    msg = "this subscription has no allowance; subscribe with max_overage"
+    msg = "this subscription has no allowance; set_allowance_cap adds one"
 
 
 class MintMismatch(ProgramError):

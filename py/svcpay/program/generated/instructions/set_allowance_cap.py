@@ -2,6 +2,7 @@
 from __future__ import annotations
 import typing
 from solders.pubkey import Pubkey
+from solders.system_program import ID as SYS_PROGRAM_ID
 from solders.instruction import Instruction, AccountMeta
 from svcpay.program import borsh
 from ..program_id import PROGRAM_ID
@@ -27,11 +28,10 @@ def set_allowance_cap(
     remaining_accounts: typing.Optional[typing.List[AccountMeta]] = None,
 ) -> Instruction:
     keys: list[AccountMeta] = [
-        AccountMeta(pubkey=accounts["subscriber"], is_signer=True, is_writable=False),
-        AccountMeta(
-            pubkey=accounts["subscription"], is_signer=False, is_writable=False
-        ),
+        AccountMeta(pubkey=accounts["subscriber"], is_signer=True, is_writable=True),
+        AccountMeta(pubkey=accounts["subscription"], is_signer=False, is_writable=True),
         AccountMeta(pubkey=accounts["allowance"], is_signer=False, is_writable=True),
+        AccountMeta(pubkey=SYS_PROGRAM_ID, is_signer=False, is_writable=False),
     ]
     if remaining_accounts is not None:
         keys += remaining_accounts

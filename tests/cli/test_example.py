@@ -25,6 +25,7 @@ from svcpay.cli._common import UsageError
 from svcpay.keys import save_keypair
 from svcpay.localnet.process import Localnet
 from svcpay.protocol.programs import TOKEN_2022_PROGRAM
+from svcpay.protocol.stablecoins import mint_of
 from tests.cli.conftest import Cli, keyfile, serve
 from tests.support.billing import DAY, TOKEN_2022, USDC, Billing
 from tests.support.chain import Chain
@@ -143,6 +144,27 @@ def test_the_environment_fills_what_has_no_flag(
     monkeypatch.setenv("SVCPAY_MEMO_SECRET", "short")
     with pytest.raises(UsageError, match="SVCPAY_MEMO_SECRET must be at least 16 bytes"):
         example.settings_of(args)
+
+
+def test_mints_are_taken_by_symbol_on_the_nodes_cluster(
+    validator: Localnet, tmp_path: Path
+) -> None:
+    """`--mint usdc --plan-mint PYUSD`: the addresses of the cluster the node at --url is
+    on (a local validator holds mainnet's), and the paywall names the token."""
+    key = keyfile(tmp_path, Keypair())
+    anyone = str(Keypair().pubkey())
+    argv = ["example", "serve", "--pay-to", anyone, "--plan", anyone, "-k", key]
+    args = build_parser().parse_args([*argv, "--mint", "usdc", "--plan-mint", "PYUSD"])
+    args.url = validator.url
+    settings = example.settings_of(args)
+    assert settings.mint == mint_of("USDC", "solana-mainnet")
+    assert settings.plan_mint == mint_of("PYUSD", "solana-mainnet")
+    assert settings.token_symbol == "USDC"
+    usdt = build_parser().parse_args([*argv, "--mint", "USDT", "--token-symbol", "Tether"])
+    usdt.url = validator.url
+    assert example.settings_of(usdt).token_symbol == "Tether"  # as given
+    with pytest.raises(SystemExit):  # argparse: exit 2, the symbols it knows listed
+        build_parser().parse_args([*argv, "--mint", "dollars"])
 
 
 def test_a_mint_the_prices_do_not_fit_stops_the_server_before_it_is_ready(

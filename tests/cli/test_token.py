@@ -9,6 +9,8 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from spl.token.instructions import get_associated_token_address
 
+from svcpay.localnet.accounts import LOCAL_USDC_AUTHORITY
+from svcpay.protocol.stablecoins import mint_of
 from tests.cli.conftest import Cli, keyfile
 from tests.support.chain import Chain
 
@@ -63,3 +65,22 @@ def test_wrong_accounts_are_named_in_one_line(cli: Cli, chain: Chain, tmp_path: 
 
     too_precise = cli("token", "mint", mint, "0.0000001", "-k", me)
     assert too_precise.code == 2 and "6 decimals" in too_precise.err
+
+
+def test_a_stablecoin_by_symbol_on_the_nodes_cluster(
+    cli: Cli, chain: Chain, tmp_path: Path
+) -> None:
+    """`usdc` is the USDC of the cluster the node is on: a local validator holds mainnet's,
+    minted by the local authority anyone can derive (svcpay.localnet.accounts)."""
+    usdc = mint_of("USDC", "solana-mainnet")
+    authority = keyfile(tmp_path, LOCAL_USDC_AUTHORITY, "usdc-authority.json")
+    chain.fund(LOCAL_USDC_AUTHORITY, 10**9)  # it pays for the accounts it creates
+    wallet = Keypair().pubkey()
+    minted = cli.ok("token", "mint", "usdc", "2.5", "--to", str(wallet), "-k", authority)
+    assert (minted["mint"], minted["balance"]) == (usdc, 2_500_000)
+    shown = cli.ok("token", "balance", "USDC", "--owner", str(wallet), "-k", authority)
+    assert (shown["mint"], shown["amount"]) == (usdc, 2_500_000)
+    made = cli.ok("token", "account", "Usdc", "--owner", str(Keypair().pubkey()), "-k", authority)
+    assert made["mint"] == usdc and made["created"] is True
+    unknown = cli("token", "balance", "DOGE", "-k", authority)
+    assert unknown.code == 2 and "USDC, USDT, PYUSD, USDG" in unknown.err

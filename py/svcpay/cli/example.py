@@ -22,11 +22,15 @@ from svcpay.cli._common import (
     command,
     load_signer,
     pubkey_arg,
+    run,
     subcommands,
 )
+from svcpay.cli._mints import MINT_HELP, mint_arg, resolve_mint
 from svcpay.cli.facilitator import listen, port_arg
 
 if TYPE_CHECKING:
+    from solders.pubkey import Pubkey
+
     from svcpay.examples.resource_server import Settings
 
 NAME = "example"
@@ -41,6 +45,26 @@ environment (as python -m svcpay.examples.resource_server reads it):
   SVCPAY_FEE_PAYER            x402's fee payer (default: the facilitator's key)"""
 
 
+def _mints_of(args: argparse.Namespace) -> tuple[Pubkey, Pubkey | None]:
+    """--mint and --plan-mint as addresses: a stablecoin's symbol is looked up on the
+    cluster of the node at --url (one getGenesisHash), only when one was given."""
+    if not isinstance(args.mint, str) and not isinstance(args.plan_mint, str):
+        return args.mint, args.plan_mint
+
+    async def go() -> tuple[Pubkey, Pubkey | None]:
+        from solana.rpc.async_api import AsyncClient
+
+        rpc = AsyncClient(args.url)
+        try:
+            mint = await resolve_mint(rpc, args.mint)
+            plan_mint = None if args.plan_mint is None else await resolve_mint(rpc, args.plan_mint)
+            return mint, plan_mint
+        finally:
+            await rpc.close()
+
+    return run(go())
+
+
 def settings_of(args: argparse.Namespace) -> Settings:
     """The example's settings: the flags, and the environment for what has no flag
     (SVCPAY_FACILITATOR_API_KEY, SVCPAY_MEMO_SECRET, ...); UsageError for a bad value."""
@@ -50,10 +74,12 @@ def settings_of(args: argparse.Namespace) -> Settings:
         unflagged = example.unflagged_from_env()
     except ValueError as e:
         raise UsageError(str(e)) from None
+    mint, plan_mint = _mints_of(args)
+    symbol = args.token_symbol or (args.mint if isinstance(args.mint, str) else None)
     return example.Settings(
         facilitator_url=args.facilitator,
         pay_to=str(args.pay_to),
-        mint=str(args.mint),
+        mint=str(mint),
         subscription_plan=str(args.plan),
         metered_plan=str(args.metered_plan or args.plan),
         billing_authority=Path(args.keypair),
@@ -61,9 +87,9 @@ def settings_of(args: argparse.Namespace) -> Settings:
         network=args.network,
         state_db=args.state_db,
         x402=not args.no_x402,
-        plan_mint=str(args.plan_mint) if args.plan_mint else None,
+        plan_mint=str(plan_mint) if plan_mint else None,
         paywall_rpc_url=args.paywall_rpc_url,
-        token_symbol=args.token_symbol,
+        token_symbol=symbol,
         **unflagged,
     )
 
@@ -119,16 +145,16 @@ def register(subparsers: Subparsers) -> None:
         help="the token account one-time payments go to (the owner's associated "
         "account of --mint, for x402)",
     )
-    p.add_argument("--mint", type=pubkey_arg, required=True, help="the token (6 decimals)")
+    p.add_argument("--mint", type=mint_arg, required=True, help=f"{MINT_HELP} (6 decimals)")
     p.add_argument(
         "--plan", type=pubkey_arg, required=True, help="the plan that opens GET /v1/resource"
     )
     p.add_argument(
         "--plan-mint",
-        type=pubkey_arg,
+        type=mint_arg,
         metavar="MINT",
         help="the token the plans are priced in, when not --mint (e.g. PYUSD plans beside "
-        "one-time payments in USDC)",
+        "one-time payments in USDC): an address or a symbol, as --mint",
     )
     p.add_argument(
         "--token-symbol",

@@ -48,6 +48,7 @@ from svcpay.cli._common import (
     token_program_name,
     zero_or_amount_arg,
 )
+from svcpay.cli._mints import MINT_HELP, mint_arg, resolve_mint
 from svcpay.keys import load_keypair
 from svcpay.protocol import token2022 as t22
 from svcpay.protocol.programs import TOKEN_PROGRAM, TOKEN_PROGRAMS
@@ -244,6 +245,7 @@ def account_cmd(args: argparse.Namespace) -> int:
 async def _account(args: argparse.Namespace, payer: Keypair) -> int:
     owner = args.owner or payer.pubkey()
     async with billing_client(args) as billing:
+        args.mint = await resolve_mint(billing.rpc, args.mint)  # a symbol: its address
         program = (await fetch_mint_info(billing.rpc, args.mint)).program
         ata = get_associated_token_address(owner, args.mint, program)
         existed = await fetch_token_account(billing.rpc, ata) is not None
@@ -273,6 +275,7 @@ def mint_cmd(args: argparse.Namespace) -> int:
 
 async def _mint(args: argparse.Namespace, authority: Keypair) -> int:
     async with billing_client(args) as billing:
+        args.mint = await resolve_mint(billing.rpc, args.mint)  # a symbol: its address
         mint = await fetch_mint_info(billing.rpc, args.mint)
         if mint.mint_authority != authority.pubkey():
             who = mint.mint_authority or "nobody (the supply is fixed)"
@@ -343,6 +346,7 @@ def balance_cmd(args: argparse.Namespace) -> int:
 
 async def _balance(args: argparse.Namespace, owner: Pubkey | None) -> int:
     async with billing_client(args) as billing:
+        args.mint = await resolve_mint(billing.rpc, args.mint)  # a symbol: its address
         mint = await fetch_mint_info(billing.rpc, args.mint)
         if args.account is not None:
             address = args.account
@@ -420,7 +424,7 @@ def register(subparsers: Subparsers) -> None:
         "wallet's associated token account (created if missing) or a token account of MINT.",
         epilog="amounts: token units (10.5) or base units with a u suffix (10500000u)",
     )
-    p.add_argument("mint", type=pubkey_arg, metavar="MINT")
+    p.add_argument("mint", type=mint_arg, metavar="MINT", help=MINT_HELP)
     p.add_argument("amount", type=amount_arg, metavar="AMOUNT")
     p.add_argument("--to", type=pubkey_arg, metavar="WALLET_OR_TOKEN_ACCOUNT",
                    help="who receives (default: -k's public key)")  # fmt: skip
@@ -433,7 +437,7 @@ def register(subparsers: Subparsers) -> None:
          "none), or of --account."),
     ):  # fmt: skip
         p = command(sub, name, handler, help=short, description=text)
-        p.add_argument("mint", type=pubkey_arg, metavar="MINT")
+        p.add_argument("mint", type=mint_arg, metavar="MINT", help=MINT_HELP)
         p.add_argument("--owner", type=pubkey_arg, metavar="PUBKEY",
                        help="the wallet (default: -k's public key)")  # fmt: skip
         if name == "balance":

@@ -101,6 +101,7 @@ events = sa.Table(
     sa.Index("ix_events_session", "session"),
     sa.Column("fee", Amount),  # migration 0006: withheld by a transfer-fee mint (else NULL)
     sa.Column("mint", sa.String(64)),  # migration 0007: the mint it moved (plan's, session's)
+    sa.Index("ix_events_plan", "plan"),  # migration 0007: a plan's mint, found as events come
 )
 
 webhook_endpoints = sa.Table(

@@ -37,6 +37,8 @@ def _own_mint(event_type: str, data: str) -> str | None:
 def upgrade() -> None:
     with op.batch_alter_table("events") as batch:
         batch.add_column(sa.Column("mint", sa.String(64)))
+    # Each new event of a plan looks up the plan's mint among its events (once per batch).
+    op.create_index("ix_events_plan", "events", ["plan"])
     conn = op.get_bind()
     events = sa.table(
         "events",
@@ -74,5 +76,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_events_plan", table_name="events")
     with op.batch_alter_table("events") as batch:
         batch.drop_column("mint")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 from solders.keypair import Keypair
+from solders.pubkey import Pubkey
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -120,6 +121,31 @@ async def test_metered_use_is_deducted_until_the_cap_then_402(
 
         await client.increase_allowance(sub_id, USDC, subscriber)
         assert (await http.post("/v1/process", headers={"X-Svc-Sub": sub_id})).status_code == 200
+
+
+async def test_a_subscription_without_an_allowance_is_metered_once_its_subscriber_adds_one(
+    chain: Chain, client: BillingClient
+) -> None:
+    """As after `svcpay pay --yes` subscribed with no allowance (issue 38): the metered
+    route says how to add one, and serves (and deducts) once the subscriber has."""
+    http, plan, _, _ = await setup(chain, client)
+    payer = chain.funded_keypair()
+    state = await client.fetch_plan(Pubkey.from_string(plan))
+    assert state is not None
+    mint = state.mint
+    chain.token_account(payer.pubkey(), mint, 20 * USDC)
+    sub_id = await client.subscribe(plan, payer)
+    async with http:
+        refused = await http.post("/v1/process", headers={"X-Svc-Sub": str(sub_id)})
+        assert refused.status_code == 402 and refused.json()["error"] == "AllowanceExhausted"
+        assert "has no metered allowance" in refused.json()["message"]
+        assert "svcpay subscription allowance" in refused.json()["message"]
+
+        await client.set_allowance(sub_id, USDC, payer)
+        served = await http.post("/v1/process", headers={"X-Svc-Sub": str(sub_id)})
+        assert served.status_code == 200, served.text
+    allowance = await client.fetch_allowance(sub_id)
+    assert allowance is not None and (allowance.cap, allowance.used) == (USDC, USDC // 2)
 
 
 async def test_a_failed_metered_request_is_not_deducted(

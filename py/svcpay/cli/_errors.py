@@ -19,14 +19,15 @@ from svcpay.program.errors import ProgramError
 HINTS = {
     "InsufficientFunds": "top up the paying token account",
     "SubscriptionNotActive": "resume it (`svcpay subscription resume`) or subscribe again",
-    "AllowanceExhausted": "raise the cap or wait for the next billing cycle",
+    "AllowanceExhausted": "raise the cap (`svcpay subscription allowance SUB AMOUNT`) or wait "
+    "for the next billing cycle",
     "PlanDeprecated": "subscribe to the provider's current plan",
     "ZeroAmount": "give an amount greater than zero",
     "InvalidPeriod": "use a period between 1s and 366d",
     "InvalidGrace": "use a grace between 0s and 90d",
     "Unauthorized": "sign with --keypair of the subscriber or of the plan's authority",
     "NotDue": "wait until the current period ends",
-    "NoAllowance": "subscribe with --allowance-cap to get an allowance",
+    "NoAllowance": "add one: `svcpay subscription allowance SUB AMOUNT`",
     "MintMismatch": "use token accounts of the plan's mint",
     "DestinationMismatch": "pass a --destination token account of the plan's mint",
     "DelegationMissing": "approve the subscriber's delegate PDA again (spl-token approve)",

@@ -146,7 +146,13 @@ class SubscriptionScheme:
         assert self.meter is not None
         used = self.meter.pending(sub_id) + self.inflight.get(sub_id, 0)
         remaining = None if view.allowance_remaining is None else view.allowance_remaining - used
-        if remaining is None or remaining < entry.metered:
+        if remaining is None:
+            why = (
+                "the subscription has no metered allowance: its subscriber adds one with "
+                "set_allowance_cap (`svcpay subscription allowance SUB AMOUNT`)"
+            )
+            return payment_required(request, pricing, "AllowanceExhausted", why, None)
+        if remaining < entry.metered:
             why = "the metered allowance is used up: raise the overage limit or upgrade the plan"
             return payment_required(request, pricing, "AllowanceExhausted", why, None)
         self.inflight[sub_id] = self.inflight.get(sub_id, 0) + entry.metered

@@ -110,7 +110,7 @@ def test_analytics_reports_one_mint_and_names_the_others(offline_cli: Cli, tmp_p
     assert human.code == 0 and f"in {usdc} (USDC)" in human.out
     assert f"also paid in {pyusd} (PYUSD)" in human.out and "5000000 in 2 payments" in human.out
     absent = offline_cli("analytics", "--database", db, "--mint", "USDT")
-    assert absent.code == 2 and "no payment in USDT" in absent.err
+    assert absent.code == 2 and "no payment or subscription in USDT" in absent.err
     bad = offline_cli("analytics", "--database", db, "--mint", "dollars")
     assert bad.code == 2 and "not a base58 Solana address" in bad.err
 

@@ -126,12 +126,15 @@ def test_an_allowance_is_added_to_a_subscription_made_without_one(
     assert "0.00 of 2.00 used this cycle" in added.out
     raised = cli.ok("subscription", "allowance", sub_id, "3.5", "--keypair", key)
     assert raised["allowance"] == {"cap": 3_500_000, "used": 0, "totalDeducted": 0, "cycle": 1}
+    assert raised["action"] == "changed"
+    same = cli.ok("subscription", "allowance", sub_id, "3500000u", "--keypair", key)
+    assert same["action"] == "unchanged"
 
     stranger = keyfile(tmp_path, chain.funded_keypair(), "stranger.json")
     refused = cli("subscription", "allowance", sub_id, "9", "--keypair", stranger)
     assert refused.code == 1 and "only its subscriber may set its allowance" in refused.err
     zero = cli("subscription", "allowance", sub_id, "0", "--keypair", key)
-    assert zero.code != 0 and "Traceback" not in zero.err
+    assert zero.code == 2 and "amount must be greater than zero: '0'" in zero.err
 
     other = billing.subscriber(plan, balance=5 * USDC)
     assert billing.subscribe(plan, other).ok

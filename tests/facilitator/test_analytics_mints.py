@@ -80,6 +80,33 @@ async def test_every_event_records_its_mint(store: Store) -> None:
     assert ("payment.settled", PAY_A, USDC) in mints and ("payment.settled", PAY_A, PYUSD) in mints
 
 
+async def test_events_stored_before_their_plans_or_sessions_opening_get_its_mint(
+    store: Store,
+) -> None:
+    """The facilitator records its own renewals and redeems at once; the indexer may reach
+    the plan's plan.created or the session's session.opened later. Those give their mint
+    to what came before (and a payment of another plan keeps its own)."""
+    await providers(store)
+    for e in [
+        renewed("S1", PA1, D0, 10 * M),
+        session_event("session.redeemed", "C1", D0 + HOUR, {"amount": 300_000}),
+        renewed("S2", PB1, D0 + HOUR, 5 * M),  # PB1's opening never comes
+    ]:
+        assert await store.events.add(e)
+    assert {e.mint for e in await store.events.read(None)} == {None}
+    assert await store.events.add(plan_created(PA1, D0 - DAY, 10 * M, 30 * DAY, mint=USDC))
+    opened = session_event("session.opened", "C1", D0, {"recipient": PAY_B, "mint": PYUSD})
+    assert await store.events.add(opened)
+    mints = {(e.type, e.plan or e.session): e.mint for e in await store.events.read(None)}
+    assert mints[("subscription.renewed", PA1)] == USDC
+    assert mints[("session.redeemed", "C1")] == PYUSD
+    assert mints[("subscription.renewed", PB1)] is None
+    got = await report(store, provider_id=None, start=D0, end=D0 + DAY)
+    # one payment each: a known mint is the default (ties by address), never the unknown one
+    assert got["mint"] == PYUSD
+    assert {row["mint"] for row in got["mints"]} == {USDC, PYUSD, None}
+
+
 async def test_amounts_of_different_mints_are_never_added(store: Store) -> None:
     a, b = await two_mints(store)
     end = D0 + 2 * DAY

@@ -49,12 +49,14 @@ def test_the_upgrade_to_0007_finds_each_events_mint(database_url: str) -> None:
     session.opened's own, payment.settled's token, the rest their plan's or session's."""
     db.migrate(database_url, "0006")
     rows = [  # (type, plan, session, data), oldest first
+        ("subscription.renewed", "P2", None, {"plan": "P2", "amount": 7}),  # before its plan's
         ("plan.created", "P1", None, {"plan": "P1", "mint": "MintA"}),
         ("subscription.renewed", "P1", None, {"plan": "P1", "amount": 5}),
         ("session.opened", None, "C1", {"session": "C1", "mint": "MintB"}),
         ("session.redeemed", None, "C1", {"session": "C1", "amount": 3}),
         ("payment.settled", None, None, {"token": "MintC", "amount": "2"}),
         ("subscription.created", "P9", None, {"plan": "P9"}),  # its plan never seen
+        ("plan.created", "P2", None, {"plan": "P2", "mint": "MintD"}),
     ]
     engine = sa.create_engine(db.sync_url(database_url))
     with engine.begin() as conn:
@@ -77,12 +79,14 @@ def test_the_upgrade_to_0007_finds_each_events_mint(database_url: str) -> None:
         got = conn.execute(sa.text("SELECT type, mint FROM events ORDER BY seq")).all()
     engine.dispose()
     assert [tuple(r) for r in got] == [
+        ("subscription.renewed", "MintD"),
         ("plan.created", "MintA"),
         ("subscription.renewed", "MintA"),
         ("session.opened", "MintB"),
         ("session.redeemed", "MintB"),
         ("payment.settled", "MintC"),
         ("subscription.created", None),
+        ("plan.created", "MintD"),
     ]
 
 

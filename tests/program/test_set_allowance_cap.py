@@ -97,11 +97,47 @@ def test_a_subscription_made_without_an_allowance_gets_one(
     assert (state.used, state.total_deducted, state.cycle) == (0, USDC, 2)
 
     # a second call only changes the cap: nothing is created or reset
+    assert chain.send([deduct_ix(plan, sub, USDC // 2, signer.pubkey())], [signer]).ok
     again = chain.send(
         [instructions.set_allowance_cap(sub.pubkey, plan.address, 3 * USDC)], [sub.keypair]
     )
     assert again.ok, again.logs
     assert again.event("AllowanceCapChanged").data["old_cap"] == 2 * USDC
+    account = chain.account(address)
+    assert account is not None
+    state = Allowance.decode(bytes(account.data))
+    assert (state.cap, state.used, state.total_deducted, state.cycle) == (
+        3 * USDC, USDC // 2, USDC + USDC // 2, 2,
+    )  # fmt: skip
+
+    # it closes with the subscription, its rent back to the subscriber
+    cancel = instructions.cancel(sub.pubkey, plan.address, sub.pubkey, at_period_end=False)
+    assert chain.send([cancel], [sub.keypair]).ok
+    before = chain.balance(sub.pubkey)
+    close = instructions.close_subscription(sub.pubkey, plan.address, has_allowance=True)
+    closed = chain.send([close], [sub.keypair])
+    assert closed.ok, closed.logs
+    assert chain.account(address) is None
+    assert chain.balance(sub.pubkey) > before + account.lamports - 10_000  # less the fee
+
+
+def test_an_added_allowance_is_closed_when_the_subscriber_comes_back_without_one(
+    chain: Chain, billing: Billing
+) -> None:
+    """Subscribing again (ADR 0015) without max_overage closes an allowance added later,
+    as it closes one made at subscribe."""
+    plan = billing.plan(amount=USDC)
+    sub = billing.subscriber(plan, balance=10 * USDC)
+    assert billing.subscribe(plan, sub).ok
+    add = instructions.set_allowance_cap(sub.pubkey, plan.address, USDC)
+    assert chain.send([add], [sub.keypair]).ok
+    cancel = instructions.cancel(sub.pubkey, plan.address, sub.pubkey, at_period_end=False)
+    assert chain.send([cancel], [sub.keypair]).ok
+    address = pda.allowance_address(pda.subscription_address(plan.address, sub.pubkey))
+    assert chain.account(address) is not None
+    again = billing.subscribe(plan, sub, previous_allowance=True)
+    assert again.ok, again.logs
+    assert chain.account(address) is None and not billing.subscription(plan, sub).has_allowance
 
 
 def test_only_its_subscriber_adds_an_allowance_and_only_while_it_lives(

@@ -59,10 +59,12 @@ def _transaction_line(e: TransactionError) -> str:
         match = _ANCHOR_LOG.search(line)
         if match:
             return f"{match.group(1)}: {match.group(2)}"
+    lamports = any("insufficient lamports" in line for line in e.logs)  # a rent payment
     if (
         "prior credit" in text
         or "AccountNotFound" in text
         or "insufficient funds for fee" in text.lower()
+        or lamports
     ):
         return (
             "the fee payer (--keypair) has no SOL for fees and rent: fund it "

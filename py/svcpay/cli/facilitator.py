@@ -239,7 +239,11 @@ def analytics_cmd(args: argparse.Namespace) -> int:
                 first = await analytics.report(
                     store, provider_id=args.provider, start=start, end=end
                 )
-                mint = _mint_named(mint, [row["mint"] for row in first["mints"]])
+                seen = [row["mint"] for row in first["mints"]]
+                seen += [
+                    r["mint"] for r in first["recurringRevenue"]["byMint"] if r["mint"] not in seen
+                ]
+                mint = _mint_named(mint, seen)
             return await analytics.report(
                 store,
                 provider_id=args.provider,
@@ -267,16 +271,17 @@ def analytics_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def _mint_named(symbol: str, paid: list[str | None]) -> str:
-    """The mint of stablecoin `symbol` that the range's payments were made in."""
+def _mint_named(symbol: str, seen: list[str | None]) -> str:
+    """The mint of stablecoin `symbol` that the range's payments or live subscriptions are
+    in (`seen`)."""
     from svcpay.protocol.stablecoins import STABLECOINS
 
     for coin in STABLECOINS:
-        if coin.symbol == symbol and coin.mint in paid:
+        if coin.symbol == symbol and coin.mint in seen:
             return coin.mint
     raise UsageError(
-        f"no payment in {symbol} in this range (paid in: "
-        f"{', '.join(m or 'an unknown mint' for m in paid) or 'nothing'}); "
+        f"no payment or subscription in {symbol} in this range (in: "
+        f"{', '.join(m or 'an unknown mint' for m in seen) or 'nothing'}); "
         "pass the mint's address instead"
     )
 

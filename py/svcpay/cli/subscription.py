@@ -164,7 +164,7 @@ async def _subscribe(args: argparse.Namespace, subscriber: Keypair) -> int:
         else:
             address, said = held[0], "already subscribed, nothing charged"
             if cap is not None:  # the allowance asked for, on the subscription held
-                said += "; " + await _set_allowance(billing, address, cap, subscriber)
+                said += "; " + (await _set_allowance(billing, address, cap, subscriber))[1]
         sub, allowance = await fetch_subscription(billing, address)
     lines = [f"{said}: subscription id {address} (send it in X-Svc-Sub)"]
     emit(
@@ -193,8 +193,9 @@ async def _show(args: argparse.Namespace) -> int:
 
 async def _set_allowance(
     billing: BillingClient, address: Pubkey, cap: int, subscriber: Keypair
-) -> str:
-    """Sets the metered cap of `address`, adding the allowance if it has none; what was done."""
+) -> tuple[str, str]:
+    """Sets the metered cap of `address`, adding the allowance if it has none; what was done
+    ("added", "changed" or "unchanged") and a line saying so."""
     sub, allowance = await fetch_subscription(billing, address)
     if sub.subscriber != subscriber.pubkey():
         raise CliError(
@@ -204,11 +205,12 @@ async def _set_allowance(
     shown = format_units(cap, sub.terms.decimals)
     if allowance is None:
         await send(lambda: billing.set_allowance(address, cap, subscriber))
-        return f"allowance added: {shown} per cycle"
+        return "added", f"allowance added: {shown} per cycle"
     if allowance.cap == cap:
-        return f"allowance already {shown} per cycle"
+        return "unchanged", f"allowance already {shown} per cycle"
     await send(lambda: billing.set_allowance(address, cap, subscriber))
-    return f"allowance cap {format_units(allowance.cap, sub.terms.decimals)} -> {shown} per cycle"
+    was = format_units(allowance.cap, sub.terms.decimals)
+    return "changed", f"allowance cap {was} -> {shown} per cycle"
 
 
 def allowance(args: argparse.Namespace) -> int:
@@ -220,13 +222,12 @@ async def _allowance(args: argparse.Namespace, subscriber: Keypair) -> int:
     address: Pubkey = args.subscription
     async with billing_client(args) as billing:
         sub, _ = await fetch_subscription(billing, address)
-        done = await _set_allowance(
+        action, done = await _set_allowance(
             billing, address, args.cap.to_base(sub.terms.decimals), subscriber
         )
         sub, held = await fetch_subscription(billing, address)
-    emit(
-        args, subscription_json(address, sub, held), [done, *subscription_lines(address, sub, held)]
-    )
+    data = {**subscription_json(address, sub, held), "action": action}
+    emit(args, data, [done, *subscription_lines(address, sub, held)])
     return 0
 
 

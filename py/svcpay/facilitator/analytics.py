@@ -287,13 +287,15 @@ async def _mints(conn: Any, scope: _Scope) -> list[tuple[str | None, _Volume]]:
 def _default_mint(
     mints: list[tuple[str | None, _Volume]], subs: dict[str, _Subscription]
 ) -> str | None:
-    """The mint of most payments in range; without payments, of most subscriptions."""
-    if mints:
-        return mints[0][0]
-    counts = Counter(s.mint for s in subs.values())
+    """The known mint of most payments in range; without payments, of most subscriptions;
+    the unknown mint (None) only when no other is there."""
+    known = [mint for mint, _ in mints if mint is not None]
+    if known:
+        return known[0]
+    counts = Counter(s.mint for s in subs.values() if s.mint is not None)
     if not counts:
         return None
-    return min(counts, key=lambda m: (-counts[m], m is None, m or ""))
+    return min(counts, key=lambda m: (-counts[m], m))
 
 
 async def _subscriptions(

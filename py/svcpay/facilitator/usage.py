@@ -207,7 +207,8 @@ class UsageReporter:
             raise UsageError(
                 "NoAllowance",
                 f"subscription {subscription} was made without a metered allowance, so no "
-                "usage can be charged to it (the subscriber subscribes with --allowance-cap)",
+                "usage can be charged to it (its subscriber adds one: set_allowance_cap, "
+                "`svcpay subscription allowance SUB AMOUNT`)",
                 409,
             )
         if await self.store.providers.resource_owner(str(sub.plan)) != provider_id:

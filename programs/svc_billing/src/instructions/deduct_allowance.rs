@@ -21,8 +21,9 @@ pub struct DeductAllowance<'info> {
     #[account(mut, dup, has_one = plan)]
     pub subscription: Account<'info, Subscription>,
 
-    /// Allowances are only ever created at their PDA (`init` in subscribe), so the owner
-    /// and discriminator checks plus `has_one` pin this one without re-deriving the address.
+    /// Allowances are only ever created at their PDA (`init_if_needed` in subscribe and in
+    /// set_allowance_cap, both with the seeds), so the owner and discriminator checks plus
+    /// `has_one` pin this one without re-deriving the address.
     #[account(mut, dup, has_one = subscription)]
     pub allowance: Account<'info, Allowance>,
 

@@ -144,6 +144,7 @@ class Events(Part):
         )
         new = {r.id for r in res}
         await queue_deliveries(conn, [row for row in rows if row["id"] in new])
+        await _name_earlier_events(conn, [row for row in rows if row["id"] in new])
         return len(new)
 
     async def read(
@@ -201,6 +202,25 @@ def _event(m: Any) -> Event:
         seq=m["seq"],
         mint=m["mint"],
     )
+
+
+async def _name_earlier_events(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
+    """A plan.created or session.opened gives its mint to the events of its plan or session
+    stored before it without one: the facilitator records its own renewals, deductions and
+    redeems at once, and the indexer may reach the plan's or session's opening later."""
+    for row in rows:
+        if row["mint"] is None:
+            continue
+        column = {"plan.created": events.c.plan, "session.opened": events.c.session}.get(
+            row["type"]
+        )
+        key = row["plan"] if row["type"] == "plan.created" else row["session"]
+        if column is not None and key is not None:
+            await conn.execute(
+                events.update()
+                .where((column == key) & events.c.mint.is_(None))
+                .values(mint=row["mint"])
+            )
 
 
 def own_mint(event_type: str, data: dict[str, Any]) -> str | None:

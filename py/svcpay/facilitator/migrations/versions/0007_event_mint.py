@@ -1,7 +1,9 @@
 """An event records the mint it moved, so that analytics add amounts per mint and never
 across mints (docs/adr/0044): plan.created and session.opened name their mint,
 payment.settled its `token`, and every other event takes its plan's or its session's.
-Existing events are filled in the same way, oldest first.
+Existing events are filled in the same way, read a page at a time. It all runs in the
+migration's one transaction, which holds the events table (on PostgreSQL, writes to it wait):
+run `svcpay facilitator migrate` before starting the new version on a large database.
 
 Revision ID: 0007
 Revises: 0006
@@ -20,7 +22,8 @@ down_revision = "0006"
 branch_labels = None
 depends_on = None
 
-BATCH = 1000
+PAGE = 5000  # rows read at a time: the table is never held in memory whole
+OWN = ("plan.created", "session.opened", "payment.settled")  # the events naming a mint
 
 
 def _own_mint(event_type: str, data: str) -> str | None:
@@ -49,30 +52,39 @@ def upgrade() -> None:
         sa.column("data", sa.Text),
         sa.column("mint", sa.String),
     )
+    # 1. The events that name their mint, page by page; the plans' and sessions' mints.
     by_plan: dict[str, str] = {}
     by_session: dict[str, str] = {}
-    updates: list[dict[str, object]] = []
-    rows = conn.execute(
-        sa.select(
-            events.c.seq, events.c.type, events.c.plan, events.c.session, events.c.data
-        ).order_by(events.c.seq)
-    )
-    for seq, event_type, plan, session, data in rows:
-        mint = _own_mint(event_type, data)
-        if mint is None and plan is not None:
-            mint = by_plan.get(plan)
-        if mint is None and session is not None:
-            mint = by_session.get(session)
-        if mint is None:
-            continue
-        if plan is not None:
-            by_plan.setdefault(plan, mint)
-        if session is not None:
-            by_session.setdefault(session, mint)
-        updates.append({"s": seq, "m": mint})
     update = events.update().where(events.c.seq == sa.bindparam("s")).values(mint=sa.bindparam("m"))
-    for i in range(0, len(updates), BATCH):
-        conn.execute(update, updates[i : i + BATCH])
+    last = 0
+    while True:
+        page = conn.execute(
+            sa.select(events.c.seq, events.c.type, events.c.plan, events.c.session, events.c.data)
+            .where(events.c.seq > last, events.c.type.in_(OWN))
+            .order_by(events.c.seq)
+            .limit(PAGE)
+        ).all()
+        if not page:
+            break
+        last = page[-1][0]
+        named: list[dict[str, object]] = []
+        for seq, event_type, plan, session, data in page:
+            mint = _own_mint(event_type, data)
+            if mint is None:
+                continue
+            named.append({"s": seq, "m": mint})
+            if event_type == "plan.created" and plan is not None:
+                by_plan.setdefault(plan, mint)
+            if event_type == "session.opened" and session is not None:
+                by_session.setdefault(session, mint)
+        if named:
+            conn.execute(update, named)
+    # 2. Every other event of those plans and sessions, before or after the one naming it.
+    for column, mints in ((events.c.plan, by_plan), (events.c.session, by_session)):
+        for key, mint in mints.items():
+            conn.execute(
+                events.update().where((column == key) & events.c.mint.is_(None)).values(mint=mint)
+            )
 
 
 def downgrade() -> None:

@@ -10,7 +10,10 @@ Its routes live by concern in `svcpay.facilitator.api`:
 People: the provider dashboard under /dashboard (`svcpay.facilitator.dashboard`, HTML).
 
 Every other error is `{"error": Name, "message": what to do}` with a 4xx status; hostile
-input never yields a 5xx.
+input never yields a 5xx. A request runs to its end even when its caller goes away
+(`RunsToTheEnd`): a handler cancelled inside a SQLite transaction would leave that
+transaction's write lock held, and every other writer answering 503, until the
+abandoned connection is collected.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.routing import Mount
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from svcpay.facilitator.api.http import Guard, bug, http_error
 from svcpay.facilitator.api.operations import Operations
@@ -57,5 +62,31 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
             Mount("/dashboard", app=dashboard_app(fac)),  # HTML for people, outside the API
         ],
         exception_handlers={HTTPException: http_error, Exception: bug},
+        middleware=[Middleware(RunsToTheEnd)],
         lifespan=lifespan,
     )
+
+
+class RunsToTheEnd:
+    """Runs each HTTP request in a task of its own that a cancelled caller does not cancel:
+    the caller's cancellation is raised to it at once, and the handler finishes its work
+    (its answer goes nowhere). An in-process caller's timeout, or a server's shutdown,
+    never cuts a database transaction in half."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._running: set[asyncio.Task[None]] = set()  # held until done, as asyncio asks
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        task = asyncio.ensure_future(self.app(scope, receive, send))
+        self._running.add(task)
+        task.add_done_callback(self._done)
+        await asyncio.shield(task)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        if not task.cancelled():
+            task.exception()  # an abandoned request's failure (its answer could not be sent)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 import httpx
 
@@ -22,6 +23,7 @@ from svcpay.schemes.session.ledger import VoucherLedger
 
 log = logging.getLogger("svcpay.gate")
 BATCH = 100  # what one report may carry (the API's limit)
+CLOSE_TIMEOUT = 15.0  # how long aclose() tries to report what is left
 
 
 class VoucherReporter:
@@ -33,21 +35,30 @@ class VoucherReporter:
         *,
         interval: float = 2.0,
         http: httpx.AsyncClient | None = None,
+        close_timeout: float = CLOSE_TIMEOUT,
     ) -> None:
-        self.ledger, self.interval = ledger, interval
+        self.ledger, self.interval, self.close_timeout = ledger, interval, close_timeout
         self.url = facilitator_url.rstrip("/") + "/v1/sessions/vouchers"
         self._headers = {"authorization": f"Bearer {api_key}"}
         self._http = http
         self._task: asyncio.Task[None] | None = None
         self._failing = False
+        self._closing = asyncio.Event()
 
     def poke(self) -> None:
+        if self._closing.is_set():
+            return  # aclose() reports what is left
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
+        # Stopped by `_closing`, never cancelled: a report cut off mid-request would cut the
+        # facilitator's database transaction off too, where the facilitator is in-process.
+        while not self._closing.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), self.interval)
+            if self._closing.is_set():
+                return
             try:
                 if not await self.flush():
                     return  # nothing left: the next served voucher starts a new task
@@ -84,10 +95,36 @@ class VoucherReporter:
         return total
 
     async def aclose(self) -> None:
-        """Reports what is left and stops."""
+        """Reports what is left and stops: the report in flight finishes, then what is left
+        is reported, again after a transient failure (the facilitator answering 503 or 429,
+        or unreachable) until `close_timeout` has passed. What still fails stays in the
+        ledger, which reports it at the next start."""
+        self._closing.set()
+        deadline = time.monotonic() + self.close_timeout
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        with contextlib.suppress(Exception):
-            await self.flush()
+            await asyncio.wait([self._task])
+        delay = 0.1
+        while True:
+            try:
+                await self.flush()
+                return
+            except Exception as e:
+                left = deadline - time.monotonic()
+                if not _transient(e) or left <= 0:
+                    log.warning(
+                        "session vouchers left unreported at close (%s); they are reported "
+                        "at the next start",
+                        e,
+                    )
+                    return
+            await asyncio.sleep(min(delay, left))
+            delay = min(delay * 2, 2.0)
+
+
+def _transient(e: Exception) -> bool:
+    """A failure a later try may not meet: the facilitator away, busy or throttling."""
+    if isinstance(e, httpx.TransportError):
+        return True
+    if isinstance(e, httpx.HTTPStatusError):
+        return e.response.status_code in (429, 502, 503, 504)
+    return False

@@ -172,3 +172,14 @@ def print_table(columns: list[Column], settings: dict[str, Any], args: argparse.
     for c in columns:
         by_method = c.calls("facilitator").most_common()
         print(f"  {c.name}: " + ", ".join(f"{m} {n / c.minutes:.0f}" for m, n in by_method))
+    print("RPC calls / one-time payment by method (payers; facilitator, background apart):")
+    for c in columns:
+        attempted = max(1, len(c.payments))
+        payers = c.calls("payers").most_common()
+        fac = [(m, n) for m, n in c.calls("facilitator", 1).most_common() if m not in BACKGROUND]
+        print(
+            f"  {c.name}: payers "
+            + ", ".join(f"{m} {n / attempted:.2f}" for m, n in payers)
+            + "; facilitator "
+            + ", ".join(f"{m} {n / attempted:.2f}" for m, n in fac)
+        )

@@ -13,21 +13,27 @@ payload's `accepted`, the resource server's `verify_payment` (its hook phases an
 routing to the facilitator client), the tool, `settle_payment`, and the settlement put in
 the result's `_meta`.
 
-Stubbed, and nothing else: the facilitator client. `InstantFacilitatorClient` implements the
-SDK's `FacilitatorClient` protocol in process: `get_supported` lists the exact scheme on the
-network with the given fee payer (what `initialize()` reads), `verify` answers valid and
-`settle` settled at once, as svcpay's `InstantFacilitator` does for its own side. So no
-network and no chain; the transaction is only carried (the SDK's resource server leaves its
-checks to the facilitator, where svcpay's gate decodes it and checks terms, memo and replay
-before calling its facilitator). FastMCP logs at WARNING: mcp 1.x's server logs every
-request at INFO by default, mcp 2.x's does not, and that cost is not the wrapper's.
+With `facilitator_url`, the same calls again through the SDK's own `HTTPFacilitatorClient`
+to scripts/bench/instant_facilitator.py (an HTTP facilitator that answers at once, served by
+mcp_rps.py): what the wrapper costs with a facilitator reached as the SDK reaches one.
+
+Otherwise stubbed, and nothing else: the facilitator client. `InstantFacilitatorClient`
+implements the SDK's `FacilitatorClient` protocol in process: `get_supported` lists the
+exact scheme on the network with the given fee payer (what `initialize()` reads), `verify`
+answers valid and `settle` settled at once, as svcpay's `InstantFacilitator` does for its
+own side. So no network and no chain; the transaction is only carried (the SDK's resource
+server leaves its checks to the facilitator, where svcpay's gate decodes it and checks
+terms, memo and replay before calling its facilitator). FastMCP logs at WARNING: mcp 1.x's
+server logs every request at INFO by default, mcp 2.x's does not, and that cost is not the
+wrapper's.
 
 Reads JSON on stdin: `network` (CAIP-2), `pay_to` (the wallet), `mint`, `fee_payer`,
 `price` (base units), `warmup` and `transactions` (base64, one payment each: the first
 `warmup` pay uncounted calls, each of the others one timed call; mcp_rps.py signs them as
-gate_rps's `x402_headers` does, for the same payee, mint, amount and fee payer). The
-payloads carry the requirements the wrapper's own payment-required result offers. Prints
-`{"paid": calls/s, "unpaid": calls/s, "calls": n}`.
+gate_rps's `x402_headers` does, for the same payee, mint, amount and fee payer), and
+`facilitator_url` (optional). The payloads carry the requirements the wrapper's own
+payment-required result offers. Prints `{"paid": calls/s, "unpaid": calls/s, "calls": n}`
+and `"paid_http"` with a facilitator URL.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from mcp.client.session import ClientSession
 from mcp.server.fastmcp import FastMCP
 from mcp.shared.memory import create_connected_server_and_client_session
 from x402 import x402ResourceServer
+from x402.http import FacilitatorConfig, HTTPFacilitatorClient
 from x402.mcp import create_payment_wrapper
 from x402.mechanisms.svm.exact import register_exact_svm_server
 from x402.schemas import (
@@ -78,8 +85,10 @@ class InstantFacilitatorClient:
         )
 
 
-def server(terms: dict[str, Any]) -> FastMCP:
-    facilitator = InstantFacilitatorClient(terms["network"], terms["fee_payer"])
+def server(terms: dict[str, Any], facilitator_url: str | None = None) -> FastMCP:
+    facilitator: Any = InstantFacilitatorClient(terms["network"], terms["fee_payer"])
+    if facilitator_url:  # the SDK's own client, as the SDK ships it
+        facilitator = HTTPFacilitatorClient(FacilitatorConfig(url=facilitator_url))
     resource_server = register_exact_svm_server(x402ResourceServer(facilitator), terms["network"])
     resource_server.initialize()
     price = {"amount": str(terms["price"]), "asset": terms["mint"]}  # base units
@@ -112,10 +121,10 @@ async def rate(session: ClientSession, name: str, metas: list[dict[str, Any] | N
     return len(metas) / (time.perf_counter() - start)
 
 
-async def main() -> None:
-    terms = json.load(sys.stdin)
-    warmup: int = terms["warmup"]
-    async with create_connected_server_and_client_session(server(terms)) as session:
+async def rates(mcp: FastMCP, transactions: list[str], warmup: int) -> tuple[float, float]:
+    """(paid, unpaid) calls per second of `mcp`'s tools, each paid call with its own
+    transaction (the first `warmup` uncounted)."""
+    async with create_connected_server_and_client_session(mcp) as session:
         asked = await session.call_tool("paid", {"city": "Lisbon"})  # the wrapper's 402
         required = asked.structuredContent
         assert asked.isError and required is not None, asked
@@ -128,7 +137,7 @@ async def main() -> None:
                     "payload": {"transaction": tx},
                 }
             }
-            for tx in terms["transactions"]
+            for tx in transactions
         ]
         warm, measured = metas[:warmup], metas[warmup:]
         settled = await session.call_tool("paid", {"city": "Lisbon"}, meta=warm[0])
@@ -137,7 +146,19 @@ async def main() -> None:
         await rate(session, "free", [None] * warmup)
         unpaid = await rate(session, "free", [None] * len(measured))
         paid = await rate(session, "paid", measured)
-    print(json.dumps({"paid": paid, "unpaid": unpaid, "calls": len(measured)}))
+    return paid, unpaid
+
+
+async def main() -> None:
+    terms = json.load(sys.stdin)
+    warmup: int = terms["warmup"]
+    paid, unpaid = await rates(server(terms), terms["transactions"], warmup)
+    out = {"paid": paid, "unpaid": unpaid, "calls": len(terms["transactions"]) - warmup}
+    if terms.get("facilitator_url"):
+        # The same payments again: the instant facilitator checks nothing.
+        via = server(terms, terms["facilitator_url"])
+        out["paid_http"], _ = await rates(via, terms["transactions"], warmup)
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

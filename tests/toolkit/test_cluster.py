@@ -13,7 +13,9 @@ import os
 import signal
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -24,6 +26,7 @@ from solders.pubkey import Pubkey
 from svcpay.client import PaymentAuth
 from svcpay.localnet.process import Localnet
 from svcpay.protocol.errors import WrongNetwork
+from svcpay.rpc import cluster as cluster_module
 from svcpay.rpc.cluster import LOCALNET, MAINNET, STAND_IN_ENV, Cluster, WrongCluster, canonical
 from tests.cli.conftest import keyfile
 from tests.support.chain import Chain
@@ -197,3 +200,74 @@ def test_the_facilitator_takes_the_nodes_cluster_when_none_is_set(
         proc.send_signal(signal.SIGINT)
         proc.wait(20)
     assert proc.returncode == 0
+
+
+# -- what a paying client remembers ----------------------------------------------------------
+def counting(rpc: AsyncClient, calls: Counter[str]) -> AsyncClient:
+    """`rpc`, counting the calls a paying client makes before it signs."""
+    for name in ("get_genesis_hash", "get_account_info", "get_recent_prioritization_fees"):
+        method = getattr(rpc, name)
+
+        async def counted(*args: Any, _method: Any = method, _name: str = name, **kw: Any) -> Any:
+            calls[_name] += 1
+            return await _method(*args, **kw)
+
+        setattr(rpc, name, counted)
+    return rpc
+
+
+def x402_shop(mint: str, network: str, paid: list[str]) -> httpx.MockTransport:
+    """A shop asking for an x402 payment in `mint` on `network`, to one payee with one fee
+    payer, serving each one."""
+    pay_to, fee_payer = str(Pubkey.new_unique()), str(Pubkey.new_unique())
+
+    def shop(request: httpx.Request) -> httpx.Response:
+        if payment := request.headers.get("payment-signature"):
+            paid.append(payment)
+            return httpx.Response(200, json={"ok": True})
+        reply = x402_402(network)
+        required = json.loads(base64.b64decode(reply.headers["payment-required"]))
+        required["accepts"][0] |= {"asset": mint, "payTo": pay_to}
+        required["accepts"][0]["extra"]["feePayer"] = fee_payer
+        header = base64.b64encode(json.dumps(required).encode()).decode()
+        return httpx.Response(402, headers={"PAYMENT-REQUIRED": header}, json={})
+
+    return httpx.MockTransport(shop)
+
+
+@pytest.mark.anyio
+async def test_clients_made_per_payment_read_the_cluster_and_the_mint_once(
+    validator: Localnet, chain: Chain
+) -> None:
+    """One-shot payers, each with its own PaymentAuth and RPC client on one endpoint (as an
+    agent making a client per task does): the genesis hash, the mint and the fee estimate
+    are read once for all of them, not once a payment (issue 37's RPC calls a payment)."""
+    paid: list[str] = []
+    shop = x402_shop(str(chain.create_mint()), "solana-mainnet", paid)
+    calls: Counter[str] = Counter()
+    for _ in range(3):
+        async with counting(AsyncClient(validator.url), calls) as rpc:
+            auth = PaymentAuth(Keypair(), rpc=rpc, max_per_request=10**6, protocols=("x402",))
+            async with httpx.AsyncClient(transport=shop, auth=auth) as http:
+                assert (await http.get("http://shop.invalid/paid")).status_code == 200
+    assert len(set(paid)) == 3  # three payments, each signed
+    assert calls["get_account_info"] == 1, calls  # the mint: new to this test, read once
+    assert calls["get_genesis_hash"] <= 1, calls  # once per process (maybe by another test)
+    assert calls["get_recent_prioritization_fees"] <= 1, calls
+
+
+@pytest.mark.anyio
+async def test_a_remembered_cluster_is_asked_again_before_a_refusal(
+    validator: Localnet, chain: Chain, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A genesis hash remembered for the endpoint that names another cluster (the URL now
+    reaches another node) is read again before the client refuses: it pays."""
+    monkeypatch.setitem(cluster_module._GENESIS, validator.url, DEVNET_GENESIS)
+    paid: list[str] = []
+    shop = x402_shop(str(chain.create_mint()), "solana-mainnet", paid)
+    async with AsyncClient(validator.url) as rpc:
+        auth = PaymentAuth(Keypair(), rpc=rpc, max_per_request=10**6, protocols=("x402",))
+        async with httpx.AsyncClient(transport=shop, auth=auth) as http:
+            assert (await http.get("http://shop.invalid/paid")).status_code == 200
+    assert len(paid) == 1
+    assert cluster_module._GENESIS[validator.url] != DEVNET_GENESIS  # read again

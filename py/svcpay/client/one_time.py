@@ -89,6 +89,7 @@ class OneTimePayments(SpendingLimits):
         cluster = await self._cluster_now()
         if not any(cluster.serves(c.network) for c in charges):
             await self._require_network(charges[0].network, "the server's MPP charge")
+            cluster = await self._cluster_now()  # asked again: it serves charges[0]
         charges = [c for c in charges if cluster.serves(c.network)]
         return await self._pay_mpp(charges, origin)
 
@@ -191,6 +192,11 @@ class OneTimePayments(SpendingLimits):
         """The header paying `required` (x402 v2 or v1), within the limits."""
         networks = await self._x402_networks()
         usable = x402.solana_options(required, networks)
+        if not usable and self.networks_from_node:  # asked again before refusing
+            self.networks = None
+            await self._cluster_now(fresh=True)
+            networks = await self._x402_networks()
+            usable = x402.solana_options(required, networks)
         if not usable:
             offered = ", ".join(sorted({f"{o.scheme} on {o.network}" for o in required.accepts}))
             if self.networks_from_node:
@@ -249,15 +255,19 @@ class OneTimePayments(SpendingLimits):
     def networks_from_node(self) -> bool:
         return self._networks_given is None
 
-    async def _cluster_now(self) -> Cluster:
-        """The cluster the RPC node is on (one getGenesisHash, then cached)."""
-        if self._cluster is None:
-            self._cluster = await cluster_of(self.rpc)
+    async def _cluster_now(self, *, fresh: bool = False) -> Cluster:
+        """The cluster the RPC node is on (its genesis hash, read once per endpoint and
+        process; `fresh` reads it again)."""
+        if self._cluster is None or fresh:
+            self._cluster = await cluster_of(self.rpc, remembered=not fresh)
         return self._cluster
 
     async def _require_network(self, network: str, what: str) -> None:
-        """Raises WrongNetwork, naming both, unless `network` is the RPC node's cluster."""
+        """Raises WrongNetwork, naming both, unless `network` is the RPC node's cluster
+        (asked again before refusing: what is remembered may be older than the node)."""
         cluster = await self._cluster_now()
+        if not cluster.serves(network):
+            cluster = await self._cluster_now(fresh=True)
         if not cluster.serves(network):
             raise WrongNetwork(f"{what} is on {network}, but the RPC node is {cluster.describe()}")
 

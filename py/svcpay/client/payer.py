@@ -63,7 +63,7 @@ from svcpay.protocol.errors import (
 from svcpay.protocol.headers import X_SVC_SUB
 from svcpay.protocol.mints import ChainMints
 from svcpay.rpc.cluster import Cluster
-from svcpay.rpc.fees import FeeSettings, PriorityFees
+from svcpay.rpc.fees import CLIENT_FEES_TTL_SECS, FeeSettings, PriorityFees
 from svcpay.schemes.mpp_charge import client as charge_client
 from svcpay.schemes.session.client import SessionOffer, Tabs, tab_key
 from svcpay.schemes.svcpay_proof import client as proof_client
@@ -144,8 +144,14 @@ class PaymentAuth(SessionPayments, OneTimePayments, httpx.Auth):
         self._networks_given = self.networks
         self._cluster: Cluster | None = None
         self.allowed_tokens = None if allowed_tokens is None else frozenset(allowed_tokens)
-        self.mints = ChainMints(rpc)  # one cache for every scheme's payments
-        self.fees = None if priority_fees is None else PriorityFees(rpc, priority_fees)
+        # One cache for every scheme's payments, and for every client of this process that
+        # pays through the same RPC endpoint (a client made per payment reads them once).
+        self.mints = ChainMints(rpc, shared=True)
+        self.fees = (
+            None
+            if priority_fees is None
+            else PriorityFees(rpc, priority_fees, ttl=CLIENT_FEES_TTL_SECS, shared=True)
+        )
         self.x402 = x402.ExactSvmClient(owner, rpc, mints=self.mints, fees=self.fees)
         self.charges = charge_client.ChargeClient(owner, rpc, self.mints, self.fees)
         if unknown := [p for p in protocols if p not in PROTOCOLS]:

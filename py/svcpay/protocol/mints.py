@@ -7,8 +7,10 @@ transfer hook needs. The facilitator and the gate read only Token-2022 mints thr
 mint it pays in.
 
 `MintReader` is what the payment schemes take; `ChainMints` is it over a solana-py
-`AsyncClient`. A reader raises `MintUnavailable` when the RPC node cannot say (the caller
-answers 503) and ValueError when the address is no mint of a token program.
+`AsyncClient`. Paying clients make theirs `shared`: the mints read through one endpoint are
+then one cache for the whole process, so a client made per payment reads a mint once a
+minute, not once a payment. A reader raises `MintUnavailable` when the RPC node cannot say
+(the caller answers 503) and ValueError when the address is no mint of a token program.
 """
 
 from __future__ import annotations
@@ -47,9 +49,14 @@ class MintReader(Protocol):
         ...
 
 
+# Mints read by `shared` readers: (endpoint URL, mint) -> (when read, the mint).
+_SHARED_MINTS: dict[tuple[str, Pubkey], tuple[float, MintInfo]] = {}
+
+
 class ChainMints:
     """`MintReader` over RPC: mints re-read after `mint_ttl` seconds, the epoch after
-    `epoch_ttl` (and not at all while every fee schedule known has started)."""
+    `epoch_ttl` (and not at all while every fee schedule known has started). `shared`:
+    mints are kept with every other shared reader's of the same endpoint."""
 
     def __init__(
         self,
@@ -58,9 +65,15 @@ class ChainMints:
         mint_ttl: float = MINT_TTL_SECS,
         epoch_ttl: float = EPOCH_TTL_SECS,
         clock: Callable[[], float] = time.monotonic,
+        shared: bool = False,
     ) -> None:
         self.rpc, self.mint_ttl, self.epoch_ttl, self.clock = rpc, mint_ttl, epoch_ttl, clock
         self._mints: dict[Pubkey, tuple[float, MintInfo]] = {}
+        if shared:
+            self._shared: dict[tuple[str, Pubkey], tuple[float, MintInfo]] | None = _SHARED_MINTS
+            self._endpoint = str(getattr(rpc._provider, "endpoint_uri", ""))
+        else:
+            self._shared, self._endpoint = None, ""
         self._terms: dict[Pubkey, tuple[MintInfo, int, MintAtEpoch]] = {}
         self._epoch: tuple[float, int] | None = None
         self._highest_epoch = -1  # epochs only grow: a schedule started by then still applies
@@ -69,6 +82,8 @@ class ChainMints:
         """The mint's account, parsed; ValueError when there is none or it is no mint."""
         now = self.clock()
         cached = self._mints.get(address)
+        if cached is None and self._shared is not None:
+            cached = self._shared.get((self._endpoint, address))
         if cached is not None and now - cached[0] < self.mint_ttl:
             return cached[1]
         account = (await _asked(self.rpc.get_account_info(address, Confirmed))).value
@@ -76,6 +91,10 @@ class ChainMints:
             raise ValueError(f"there is no mint at {address} on this cluster")
         info = mint_info(account.owner, bytes(account.data))
         self._mints[address] = (now, info)
+        if self._shared is not None:
+            if len(self._shared) > 4096:
+                self._shared.clear()
+            self._shared[(self._endpoint, address)] = (now, info)
         return info
 
     async def epoch(self) -> int:

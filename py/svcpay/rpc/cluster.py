@@ -11,6 +11,11 @@ that name as well. A public cluster never stands in for another.
 
 `Cluster.serves(network)` is the one rule every client, gate and facilitator applies; it
 takes a network in any of the names above.
+
+A paying client asks with `remembered=True`: an endpoint's genesis hash is read once per
+process, however many clients pay through it (one-shot payers made per task would otherwise
+spend a call a payment on it). A client that finds a network not served asks again, fresh,
+before it refuses, so a URL that now reaches another cluster is never refused on memory.
 """
 
 from __future__ import annotations
@@ -125,7 +130,18 @@ class Cluster:
         return "point --url (SVCPAY_RPC_URL) at a node of that cluster"
 
 
-async def cluster_of(rpc: AsyncClient, env: Mapping[str, str] | None = None) -> Cluster:
-    """The cluster of the node `rpc` reaches (one `getGenesisHash`)."""
-    genesis = str((await rpc.get_genesis_hash()).value)
+_GENESIS: dict[str, str] = {}  # endpoint URL -> its genesis hash, as last read
+
+
+async def cluster_of(
+    rpc: AsyncClient, env: Mapping[str, str] | None = None, *, remembered: bool = False
+) -> Cluster:
+    """The cluster of the node `rpc` reaches: one `getGenesisHash`, or none with
+    `remembered` when this process has read it for that endpoint before."""
+    endpoint = str(getattr(rpc._provider, "endpoint_uri", ""))
+    genesis = _GENESIS.get(endpoint) if remembered and endpoint else None
+    if genesis is None:
+        genesis = str((await rpc.get_genesis_hash()).value)
+        if endpoint:
+            _GENESIS[endpoint] = genesis
     return Cluster.of(genesis, env)

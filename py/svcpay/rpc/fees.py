@@ -57,16 +57,39 @@ def percentile_of(values: Sequence[int], percentile: float) -> int:
     return int(ordered[min(len(ordered), int(rank)) - 1])
 
 
+# How long a paying client's estimate is kept: it is a percentile of the last 150 slots
+# (about 60 s), of which an estimate 10 s old still covers five sixths.
+CLIENT_FEES_TTL_SECS = 10.0
+# Estimates of `shared` PriorityFees: (endpoint URL, settings, accounts) -> (when, price).
+_SHARED: dict[tuple[str, ...], tuple[float, int]] = {}
+
+
 class PriorityFees:
+    """Estimates, each kept `ttl` seconds. `shared` (paying clients): kept for every shared
+    estimator of the same endpoint in the process, so that clients made per payment ask
+    once per `ttl`, not once a payment."""
+
     def __init__(
-        self, rpc: AsyncClient, settings: FeeSettings | None = None, *, ttl: float = 2.0
+        self,
+        rpc: AsyncClient,
+        settings: FeeSettings | None = None,
+        *,
+        ttl: float = 2.0,
+        shared: bool = False,
     ) -> None:
         self.rpc, self.settings, self.ttl = rpc, settings or FeeSettings(), ttl
-        self._cache: dict[tuple[str, ...], tuple[float, int]] = {}
+        self._cache: dict[tuple[str, ...], tuple[float, int]] = _SHARED if shared else {}
+        s = self.settings
+        self._scope = (
+            (str(getattr(rpc._provider, "endpoint_uri", "")), f"{s.percentile}/{s.floor}/{s.cap}")
+            if shared
+            else ()
+        )
 
     async def price(self, writable: Sequence[Pubkey]) -> int:
         """The compute-unit price for a transaction writing `writable`."""
-        key = tuple(sorted({str(k) for k in writable}))[:128]
+        accounts = tuple(sorted({str(k) for k in writable}))[:128]
+        key = self._scope + accounts
         now = time.monotonic()
         hit = self._cache.get(key)
         if hit is not None and now - hit[0] < self.ttl:
@@ -74,7 +97,7 @@ class PriorityFees:
         s = self.settings
         try:
             answer = await self.rpc.get_recent_prioritization_fees(
-                [Pubkey.from_string(k) for k in key]
+                [Pubkey.from_string(k) for k in accounts]
             )
             fees = [int(f.prioritization_fee) for f in answer.value]
             price = min(s.cap, max(s.floor, percentile_of(fees, s.percentile)))

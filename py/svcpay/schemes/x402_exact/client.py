@@ -191,8 +191,16 @@ class ExactSvmClient:
         self._mints: dict[Pubkey, Mint] = {}
 
     async def mint(self, address: Pubkey) -> Mint:
+        """The mint's decimals and token program, through `mints` (a paying client's is
+        shared by the process); CannotPay when it is no mint or cannot be read."""
         if address not in self._mints:
-            self._mints[address] = await read_mint(self.rpc, address)
+            try:
+                info = await self.mints.mint(address)
+            except MintUnavailable as e:
+                raise CannotPay(f"the token {address} cannot be read now: {e}") from e
+            except ValueError as e:
+                raise CannotPay(f"the token {address} is no mint here: {e}") from e
+            self._mints[address] = Mint(address, info.decimals, info.program)
         return self._mints[address]
 
     async def mint_now(self, mint: Mint) -> MintAtEpoch | None:

@@ -221,7 +221,7 @@ def sdk_rates(
 def report(runs: dict[str, list[float]], n: int, rounds: int) -> None:
     print(f"{n} calls each, {rounds} rounds, one core, in process (median of the rounds)")
     for name, values in runs.items():
-        print(f"{name:<36} {statistics.median(values):>9,.0f} calls/s")
+        print(f"{name:<44} {statistics.median(values):>9,.0f} calls/s")
     ratios = [  # (label, numerator, denominator, goal)
         ("svcpay proof / unpaid", PROOF, UNPAID, 0.5),
         ("session voucher / unpaid", VOUCHER, UNPAID, 0.5),
@@ -241,7 +241,7 @@ def report(runs: dict[str, list[float]], n: int, rounds: int) -> None:
         each = [t / b for t, b in zip(runs[top], runs[bottom], strict=True)]
         listed = " ".join(f"{r:.2f}" for r in each)
         wanted = f"  goal: at least {goal:.2f}" if goal else ""
-        print(f"  {label:<32} {statistics.median(each):>6.2f}  ({listed}){wanted}")
+        print(f"  {label:<36} {statistics.median(each):>6.2f}  ({listed}){wanted}")
     if SDK in runs:
         ours = added(runs[OURS], runs[UNPAID])
         sdk = added(runs[SDK], runs[SDK_UNPAID])

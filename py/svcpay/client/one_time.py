@@ -4,6 +4,7 @@ reads (svcpay's terms, x402 `exact`, MPP `charge`), on the RPC node's cluster on
 
 from __future__ import annotations
 
+import base64
 import os
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -12,8 +13,9 @@ import httpx
 from solana.rpc.async_api import AsyncClient
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
+from solders.transaction import VersionedTransaction
 
-from svcpay.client.spending import SpendingLimits
+from svcpay.client.spending import SpendingLimits, Spent
 from svcpay.program.client import BillingClient
 from svcpay.program.generated.types.subscription_status import Active
 from svcpay.protocol.errors import NoAcceptableOption, PaymentError, WrongNetwork
@@ -26,6 +28,8 @@ from svcpay.schemes.mpp_charge import client as charge_client
 from svcpay.schemes.svcpay_proof import client as proof_client
 from svcpay.schemes.x402_exact import client as x402
 from svcpay.schemes.x402_exact.client import AnyRequired, ExactSvmClient
+from svcpay.schemes.x402_exact.expiry import expired_unpaid
+from svcpay.schemes.x402_exact.wire import decode_json
 
 T = TypeVar("T")
 
@@ -188,8 +192,9 @@ class OneTimePayments(SpendingLimits):
         except (MintUnavailable, ValueError) as e:
             raise PaymentError(f"cannot pay in {mint}: {e}") from e
 
-    async def _pay_x402(self, required: AnyRequired, origin: str) -> tuple[str, str]:
-        """The header paying `required` (x402 v2 or v1), within the limits."""
+    async def _pay_x402(self, required: AnyRequired, origin: str) -> tuple[str, str, Spent]:
+        """The header paying `required` (x402 v2 or v1), within the limits, and its entry
+        among what was spent."""
         networks = await self._x402_networks()
         usable = x402.solana_options(required, networks)
         if not usable and self.networks_from_node:  # asked again before refusing
@@ -220,7 +225,18 @@ class OneTimePayments(SpendingLimits):
         except x402.CannotPay as e:
             self._release(entry)  # nothing was signed
             raise PaymentError(f"cannot pay the server's x402 terms: {e}") from e
-        return x402.payment_header(payload)
+        return (*x402.payment_header(payload), entry)
+
+    async def _x402_expired_unpaid(self, header: str) -> bool:
+        """Whether the x402 payment in `header` (this client's) can never land and did not,
+        so that a refusal of it may be answered by signing again (x402_exact.expiry)."""
+        try:
+            encoded = decode_json(header.encode())["payload"]["transaction"]
+            tx = VersionedTransaction.from_bytes(base64.b64decode(encoded))
+        except (ProtocolError, KeyError, TypeError, ValueError):
+            return False
+        lifetime = self.x402.lifetimes.get(str(tx.message.recent_blockhash))
+        return await expired_unpaid(self.rpc, tx, lifetime)
 
     async def _pay_mpp(self, charges: list[charge_client.ChargeOffer], origin: str) -> str:
         """The `Authorization: Payment` value paying the first charge this client may pay

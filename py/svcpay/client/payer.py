@@ -25,7 +25,10 @@ when a 402 offers several one-time ways to pay it takes them in the order of `pr
   `exact` option on a Solana network it pays on, signs the transfer to ATA(payTo) and
   retries with `PAYMENT-SIGNATURE` (v2) or `X-PAYMENT` (v1); the server settles it, so no
   facilitator is called. `settlement(response)` reads the server's `PAYMENT-RESPONSE`; a
-  402 to the paid request raises `PaymentRefused` with the server's reason.
+  402 to the paid request raises `PaymentRefused` with the server's reason, unless the
+  payment can never land and did not (its blockhash expired unsent: the client checks both
+  on chain, `svcpay.schemes.x402_exact.expiry`), when it signs a new one, at most
+  `X402_SIGNINGS` a request.
 
 The schemes' client sides build the payments (`svcpay.schemes.svcpay_proof.client`,
 `svcpay.schemes.x402_exact.client`); this module chooses among the terms and retries, with
@@ -76,6 +79,7 @@ T = TypeVar("T")
 
 
 PROTOCOLS = ("svcpay", "x402", "mpp")  # the default preference, most preferred first
+X402_SIGNINGS = 3  # x402 payments signed for one request, at most (ADR 0036)
 
 
 class PaymentAuth(SessionPayments, OneTimePayments, httpx.Auth):
@@ -292,11 +296,17 @@ class PaymentAuth(SessionPayments, OneTimePayments, httpx.Auth):
                     await asyncio.sleep(0.2 * 2**attempt)
                 return
             if protocol == "x402" and required is not None:
-                name, value = await self._pay_x402(required, origin)
-                request.headers[name] = value
-                response = yield request
-                if response.status_code == 402:
-                    raise PaymentRefused(x402.refusal_reason(response))
+                for signing in range(1, X402_SIGNINGS + 1):
+                    name, value, entry = await self._pay_x402(required, origin)
+                    request.headers[name] = value
+                    response = yield request
+                    if response.status_code != 402:
+                        return
+                    # Refused: signed again only when this one can never land and did not
+                    # (its blockhash expired unsent, as when every send was dropped).
+                    if signing == X402_SIGNINGS or not await self._x402_expired_unpaid(value):
+                        raise PaymentRefused(x402.refusal_reason(response))
+                    self._release(entry)  # never paid: the next signing counts instead
                 return
             if protocol == "mpp" and charges:
                 request.headers["authorization"] = await self._pay_mpp_here(charges, origin)

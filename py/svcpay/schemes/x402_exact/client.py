@@ -189,6 +189,8 @@ class ExactSvmClient:
         self.compute_unit_limit, self.compute_unit_price = compute_unit_limit, compute_unit_price
         self.mints = mints if mints is not None else ChainMints(rpc)
         self._mints: dict[Pubkey, Mint] = {}
+        # blockhash -> its last valid block height, for the blockhashes this client read
+        self.lifetimes: dict[str, int] = {}
 
     async def mint(self, address: Pubkey) -> Mint:
         """The mint's decimals and token program, through `mints` (a paying client's is
@@ -276,7 +278,11 @@ class ExactSvmClient:
             hook_accounts=hook,
         )
         if blockhash is None:
-            blockhash = (await self.rpc.get_latest_blockhash(Confirmed)).value.blockhash
+            latest = (await self.rpc.get_latest_blockhash(Confirmed)).value
+            blockhash = latest.blockhash
+            if len(self.lifetimes) > 1024:
+                self.lifetimes.clear()
+            self.lifetimes[str(blockhash)] = latest.last_valid_block_height
         tx = sign_as_payer(MessageV0.try_compile(fee_payer, ixs, [], blockhash), self.payer)
         try:  # what the facilitator will check, checked before anything leaves this process
             svm.check_payment(

@@ -18,7 +18,14 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from svcpay.facilitator.config import ConfigError, FacilitatorConfig
-from svcpay.facilitator.crank import Leases, lease_for, run_once
+from svcpay.facilitator.crank import (
+    MIN_NEXT_RUN_SECS,
+    NEXT_RUN_MARGIN_SECS,
+    Leases,
+    lease_for,
+    run_once,
+)
+from svcpay.facilitator.service import next_run_delay
 from svcpay.facilitator.store import Store, now
 from svcpay.program.client import BillingClient, Receipt
 from tests.facilitator.test_crank import subscribers
@@ -145,3 +152,11 @@ async def test_a_pass_that_renews_everything_knows_when_the_next_comes(
     summary = await run_once(client, payer, plan, now=later)
     assert summary.due == 2 and summary.renewed == 2
     assert summary.next_run_in is not None and period - 10 <= summary.next_run_in <= period
+
+
+def test_a_slow_pass_does_not_push_the_next_one_back() -> None:
+    """The next pass is timed from when the last one read the clock, not from when it ended:
+    a pass slowed 8 s by dropped sends and 429s made every renewal after it 8 s late."""
+    assert next_run_delay(interval=60, hint=52, took=8) == 52 + NEXT_RUN_MARGIN_SECS - 8
+    assert next_run_delay(interval=60, hint=5, took=9) == MIN_NEXT_RUN_SECS  # never a busy loop
+    assert next_run_delay(interval=30, hint=52, took=1) == 30  # the interval still bounds it

@@ -187,6 +187,13 @@ class Facilitator:
         await self.store.close()
 
 
+def next_run_delay(interval: float, hint: float, took: float) -> float:
+    """How long to wait after a pass that took `took` seconds and asked for the next one
+    `hint` seconds after it read the clock (near its start): a slow pass (dropped sends,
+    429s) must not push every later renewal back by its own length."""
+    return min(interval, max(MIN_NEXT_RUN_SECS, hint + NEXT_RUN_MARGIN_SECS - took))
+
+
 async def _every(
     name: str,
     interval: float,
@@ -203,6 +210,7 @@ async def _every(
     last_error = ""
     while not stop.is_set():
         delay = interval
+        began = time.monotonic()
         try:
             done = await work()
         except Exception as e:  # each pass starts over from durable state
@@ -219,6 +227,6 @@ async def _every(
             failures, last_error = 0, ""
             hint = getattr(done, "next_run_in", None)
             if isinstance(hint, int | float):
-                delay = min(interval, max(MIN_NEXT_RUN_SECS, hint + NEXT_RUN_MARGIN_SECS))
+                delay = next_run_delay(interval, hint, time.monotonic() - began)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), delay)

@@ -19,6 +19,7 @@ abandoned connection is collected.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -35,12 +36,15 @@ from svcpay.facilitator.api.provider import ProviderApi
 from svcpay.facilitator.dashboard.routes import dashboard_app
 from svcpay.facilitator.service import Facilitator
 
+log = logging.getLogger("svcpay.facilitator")
+
 
 def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlette:
     """The ASGI app. With `background`, its lifespan runs webhook delivery, the billing
     crank and the indexer (servers run the lifespan; in-process test clients may not)."""
     fac = facilitator
     guard = Guard(fac)
+    running: set[asyncio.Task[None]] = set()  # requests in progress (RunsToTheEnd)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -52,6 +56,8 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
             stop.set()
             if task:
                 await task
+            if running:  # requests whose callers went away finish before the store closes
+                await asyncio.wait(running, timeout=10)
             await fac.aclose()
 
     return Starlette(
@@ -62,7 +68,7 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
             Mount("/dashboard", app=dashboard_app(fac)),  # HTML for people, outside the API
         ],
         exception_handlers={HTTPException: http_error, Exception: bug},
-        middleware=[Middleware(RunsToTheEnd)],
+        middleware=[Middleware(RunsToTheEnd, running=running)],
         lifespan=lifespan,
     )
 
@@ -70,12 +76,14 @@ def create_app(facilitator: Facilitator, *, background: bool = True) -> Starlett
 class RunsToTheEnd:
     """Runs each HTTP request in a task of its own that a cancelled caller does not cancel:
     the caller's cancellation is raised to it at once, and the handler finishes its work
-    (its answer goes nowhere). An in-process caller's timeout, or a server's shutdown,
-    never cuts a database transaction in half."""
+    (its answer goes nowhere; a failure of it is logged, since no caller sees it). An
+    in-process caller's timeout, or a server's shutdown, never cuts a database transaction
+    in half. `running` holds the requests in progress (the lifespan waits for them)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, running: set[asyncio.Task[None]] | None = None) -> None:
         self.app = app
-        self._running: set[asyncio.Task[None]] = set()  # held until done, as asyncio asks
+        self._running = running if running is not None else set()  # held until done
+        self._abandoned: set[asyncio.Task[None]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -84,9 +92,19 @@ class RunsToTheEnd:
         task = asyncio.ensure_future(self.app(scope, receive, send))
         self._running.add(task)
         task.add_done_callback(self._done)
-        await asyncio.shield(task)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
+                self._abandoned.add(task)
+            raise
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
-        if not task.cancelled():
-            task.exception()  # an abandoned request's failure (its answer could not be sent)
+        abandoned = task in self._abandoned
+        self._abandoned.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()  # retrieved: a caller that waited has it raised too
+        if abandoned and error is not None:
+            log.error("a request whose caller went away failed", exc_info=error)

@@ -69,11 +69,11 @@ class ChainMints:
     ) -> None:
         self.rpc, self.mint_ttl, self.epoch_ttl, self.clock = rpc, mint_ttl, epoch_ttl, clock
         self._mints: dict[Pubkey, tuple[float, MintInfo]] = {}
-        if shared:
-            self._shared: dict[tuple[str, Pubkey], tuple[float, MintInfo]] | None = _SHARED_MINTS
-            self._endpoint = str(getattr(rpc._provider, "endpoint_uri", ""))
-        else:
-            self._shared, self._endpoint = None, ""
+        self._endpoint = str(getattr(rpc._provider, "endpoint_uri", "")) if shared else ""
+        # shared only with a known endpoint: two unknown ones must not mix their mints
+        self._shared: dict[tuple[str, Pubkey], tuple[float, MintInfo]] | None = (
+            _SHARED_MINTS if self._endpoint else None
+        )
         self._terms: dict[Pubkey, tuple[MintInfo, int, MintAtEpoch]] = {}
         self._epoch: tuple[float, int] | None = None
         self._highest_epoch = -1  # epochs only grow: a schedule started by then still applies

@@ -78,13 +78,11 @@ class PriorityFees:
         shared: bool = False,
     ) -> None:
         self.rpc, self.settings, self.ttl = rpc, settings or FeeSettings(), ttl
-        self._cache: dict[tuple[str, ...], tuple[float, int]] = _SHARED if shared else {}
         s = self.settings
-        self._scope = (
-            (str(getattr(rpc._provider, "endpoint_uri", "")), f"{s.percentile}/{s.floor}/{s.cap}")
-            if shared
-            else ()
-        )
+        endpoint = str(getattr(rpc._provider, "endpoint_uri", "")) if shared else ""
+        # shared only with a known endpoint: two unknown ones must not mix their estimates
+        self._cache: dict[tuple[str, ...], tuple[float, int]] = _SHARED if endpoint else {}
+        self._scope = (endpoint, f"{s.percentile}/{s.floor}/{s.cap}") if endpoint else ()
 
     async def price(self, writable: Sequence[Pubkey]) -> int:
         """The compute-unit price for a transaction writing `writable`."""

@@ -102,15 +102,20 @@ class VoucherReporter:
         self._closing.set()
         deadline = time.monotonic() + self.close_timeout
         if self._task is not None:
-            await asyncio.wait([self._task])
+            await asyncio.wait([self._task], timeout=self.close_timeout)
+            if not self._task.done():  # a report that hangs past the deadline: given up
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
         delay = 0.1
         while True:
             try:
-                await self.flush()
+                left = max(deadline - time.monotonic(), 0.1)
+                await asyncio.wait_for(self.flush(), left)  # a hung report ends at the deadline
                 return
             except Exception as e:
                 left = deadline - time.monotonic()
-                if not _transient(e) or left <= 0:
+                if not (_transient(e) or isinstance(e, TimeoutError)) or left <= 0:
                     log.warning(
                         "session vouchers left unreported at close (%s); they are reported "
                         "at the next start",

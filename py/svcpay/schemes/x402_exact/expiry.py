@@ -31,30 +31,36 @@ async def expired_unpaid(
     if last_valid_block_height is None:
         return False  # a blockhash this client did not read (the server's): cannot tell
     try:
-        height = (await rpc.get_block_height(Confirmed)).value
-        if height <= last_valid_block_height:
+        # One read gives the height and the slot it was read at; the history must come from
+        # a node at least that far along (a failed-over or load-balanced node that lags
+        # refuses rather than answering without the transfer).
+        epoch = (await rpc.get_epoch_info(Confirmed)).value
+        if epoch.block_height <= last_valid_block_height:
             return False  # it may still land
         keys = tx.message.account_keys
         source = keys[tx.message.instructions[2].accounts[0]]
         found = (
-            await rpc.get_signatures_for_address(source, limit=HISTORY, commitment=Confirmed)
+            await rpc.get_signatures_for_address(
+                source, limit=HISTORY, commitment=Confirmed, min_context_slot=epoch.absolute_slot
+            )
         ).value
         for entry in found:
-            if await _is(rpc, entry.signature, tx):
-                return False  # it landed: the server took it and refused anyway
+            if await _may_be(rpc, entry.signature, tx):
+                return False  # it landed (or cannot be ruled out): never paid twice
         return len(found) < HISTORY  # else it may be older than what was looked through
     except Exception as e:  # the node cannot say: as if it may have landed
         log.debug("cannot tell whether an x402 payment landed: %s", e)
         return False
 
 
-async def _is(rpc: AsyncClient, signature: Signature, tx: VersionedTransaction) -> bool:
+async def _may_be(rpc: AsyncClient, signature: Signature, tx: VersionedTransaction) -> bool:
+    """Whether the transaction `signature` may be `tx` (True unless it reads as another)."""
     landed = (
         await rpc.get_transaction(
             signature, "base64", commitment=Confirmed, max_supported_transaction_version=0
         )
     ).value
     if landed is None:
-        return False
+        return True  # listed but not readable (not indexed yet, pruned): cannot rule it out
     found = landed.transaction.transaction
-    return isinstance(found, VersionedTransaction) and bytes(found.message) == bytes(tx.message)
+    return not isinstance(found, VersionedTransaction) or bytes(found.message) == bytes(tx.message)

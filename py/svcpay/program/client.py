@@ -17,7 +17,6 @@ from base58 import b58encode
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
 from solana.rpc.models import MemcmpOpts
-from solders.hash import Hash
 from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.message import MessageV0
@@ -42,13 +41,7 @@ from svcpay.program.receipts import failing_program
 from svcpay.program.tokens import TokenRoutes
 from svcpay.protocol.programs import COMPUTE_BUDGET
 from svcpay.rpc import landing
-from svcpay.rpc.fees import (
-    BUDGET_BYTES,
-    MAX_COMPUTE_UNIT_LIMIT,
-    PriorityFees,
-    budget,
-    compute_limit,
-)
+from svcpay.rpc.fees import BUDGET_BYTES, PriorityFees, budget, compute_limit, simulated_units
 from svcpay.rpc.landing import Lander, Pending, Rejected, Unsent
 
 CLOCK_SYSVAR = Pubkey.from_string("SysvarC1ock11111111111111111111111111111111")
@@ -110,9 +103,13 @@ class BillingClient:
         The same message under the same blockhash is the same transaction, which a cluster
         drops as a duplicate: a deliberate repeat waits for the next blockhash, whether this
         client or another process (the CLI run twice) sent the first."""
-        ixs = await self.budgeted(ixs, signers[0].pubkey())
+        # The budget's reads and the blockhash at once: each is a round trip (more under
+        # 429s), and a renewal pass waits for all of them before its first send.
+        ixs, answer = await asyncio.gather(
+            self.budgeted(ixs, signers[0].pubkey()), self.rpc.get_latest_blockhash(Confirmed)
+        )
         while True:
-            latest = (await self.rpc.get_latest_blockhash(Confirmed)).value
+            latest = answer.value
             msg = MessageV0.try_compile(signers[0].pubkey(), ixs, [], latest.blockhash)
             tx = VersionedTransaction(msg, signers)
             if bytes(msg) not in self._sent and not await self._known(tx.signatures[0]):
@@ -123,6 +120,7 @@ class BillingClient:
                 self._valid_until[str(tx.signatures[0])] = latest.last_valid_block_height
                 return tx
             await asyncio.sleep(0.1)
+            answer = await self.rpc.get_latest_blockhash(Confirmed)
 
     async def _known(self, signature: Signature) -> bool:
         """Whether the cluster already holds `signature`: the same intent sent before under
@@ -143,23 +141,14 @@ class BillingClient:
         if self.fees is None or any(ix.program_id == COMPUTE_BUDGET for ix in ixs):
             return ixs
         writable = {m.pubkey for ix in ixs for m in ix.accounts if m.is_writable} | {payer}
-        price = await self.fees.price(sorted(writable, key=str))
-        try:  # the node puts its own blockhash in: no getLatestBlockhash for the estimate
-            trial = [*budget(MAX_COMPUTE_UNIT_LIMIT, price), *ixs]
-            msg = MessageV0.try_compile(payer, trial, [], Hash.default())
-            unsigned = VersionedTransaction.populate(
-                msg, [Signature.default()] * msg.header.num_required_signatures
-            )
-            sim = (
-                await self.rpc.simulate_transaction(
-                    unsigned, commitment=Confirmed, replace_recent_blockhash=True
-                )
-            ).value
-        except Exception:  # no estimate: sent as before, its preflight decides
+        # The price and the simulation at once: a compute-unit price costs the same units
+        # whatever its value, so the trial carries a stand-in.
+        price, units = await asyncio.gather(
+            self.fees.price(sorted(writable, key=str)), simulated_units(self.rpc, ixs, payer)
+        )
+        if units is None:  # no estimate: sent as before, its preflight decides
             return ixs
-        if sim.err is not None or not sim.units_consumed:
-            return ixs
-        return [*budget(compute_limit(sim.units_consumed), price), *ixs]
+        return [*budget(compute_limit(units), price), *ixs]
 
     async def send_signed(self, tx: VersionedTransaction) -> Receipt:
         """Sends `tx` and rebroadcasts it until it is confirmed or its blockhash has expired

@@ -17,9 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
 from solders.compute_budget import set_compute_unit_limit, set_compute_unit_price
+from solders.hash import Hash
 from solders.instruction import Instruction
+from solders.message import MessageV0
 from solders.pubkey import Pubkey
+from solders.signature import Signature
+from solders.transaction import VersionedTransaction
 
 log = logging.getLogger("svcpay.rpc")
 
@@ -123,3 +128,25 @@ def compute_limit(units_consumed: int) -> int:
 def budget(limit: int, price: int) -> list[Instruction]:
     """The two ComputeBudget instructions that set `limit` and `price`."""
     return [set_compute_unit_limit(limit), set_compute_unit_price(price)]
+
+
+async def simulated_units(rpc: AsyncClient, ixs: list[Instruction], payer: Pubkey) -> int | None:
+    """The compute units `ixs` consume behind a compute budget, by simulation (the node puts
+    its own blockhash in, and a price costs the same units whatever its value); None when the
+    simulation fails or cannot be run (the send's preflight then says why)."""
+    try:
+        trial = [*budget(MAX_COMPUTE_UNIT_LIMIT, 1), *ixs]
+        msg = MessageV0.try_compile(payer, trial, [], Hash.default())
+        unsigned = VersionedTransaction.populate(
+            msg, [Signature.default()] * msg.header.num_required_signatures
+        )
+        sim = (
+            await rpc.simulate_transaction(
+                unsigned, commitment=Confirmed, replace_recent_blockhash=True
+            )
+        ).value
+    except Exception:  # no estimate
+        return None
+    if sim.err is not None or not sim.units_consumed:
+        return None
+    return int(sim.units_consumed)

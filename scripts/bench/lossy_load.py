@@ -6,6 +6,7 @@ itself, says what was really paid."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections import Counter
@@ -23,6 +24,8 @@ from svcpay.rpc import connect
 from tests.support.chain import Chain
 
 KINDS = ("svcpay", "x402", "mpp")
+# The payment whose client is running in this task (for Answers.hook's timeline).
+_paying: contextvars.ContextVar[Payment | None] = contextvars.ContextVar("paying", default=None)
 
 
 @dataclass
@@ -38,6 +41,13 @@ class Payment:
     error: str = ""
     seconds: float = 0.0
     paid: int = 0  # base units the wallet lost, read from the chain at the end
+    # Each HTTP answer its client got: (seconds since it began, service, path, status), to
+    # say where the slowest payments spent their time.
+    steps: list[tuple[float, str, str, int]] = field(default_factory=list)
+    began: float = 0.0
+    began_at: float = 0.0  # time.time() when it began
+    # Its account's transactions, read at the end: (signature, blockTime).
+    signatures: list[tuple[str, int | None]] = field(default_factory=list)
 
     @property
     def served(self) -> bool:
@@ -55,6 +65,10 @@ class Answers:
         url = response.request.url
         service = self.services.get(f"{url.host}:{url.port}", str(url.host))
         self.counts[(service, url.path, response.status_code)] += 1
+        paying = _paying.get()
+        if paying is not None:
+            at = time.monotonic() - paying.began
+            paying.steps.append((at, service, url.path, response.status_code))
 
     def fivexx(self, service: str, *, retry_later: bool) -> int:
         """5xx answers of `service`: the 503/504s that say 'retry' or every other one."""
@@ -112,7 +126,9 @@ async def _pay(
         p.wallet, rpc=rpc, max_per_request=DATA_PRICE, facilitator=fac, protocols=(p.kind,),
         sessions=False,
     )  # fmt: skip
-    began = time.monotonic()
+    began = p.began = time.monotonic()
+    p.began_at = time.time()
+    _paying.set(p)
     try:
         async with httpx.AsyncClient(timeout=150, event_hooks=hooks) as http:
             p.status = (await http.get(f"{api}/v1/data", auth=auth)).status_code
@@ -199,3 +215,6 @@ class Renewals:
 def settle_from_chain(chain: Chain, payments: list[Payment]) -> None:
     for p in payments:
         p.paid = p.funded - int(chain.token_state(p.account)["amount"])
+        if p.paid:
+            found = chain.rpc("getSignaturesForAddress", str(p.account))
+            p.signatures = [(row["signature"], row.get("blockTime")) for row in found]

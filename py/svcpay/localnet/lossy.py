@@ -51,6 +51,15 @@ class Stats:
     dropped: int = 0
     throttled: int = 0
     forwarded: int = 0
+    # Each copy of a transaction sent through the proxy, by signature: (seconds since the
+    # proxy started, "dropped" | "throttled" | "forwarded"), to say why one landed late.
+    sends: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+
+    def sent(self, signature: str | None, what: str) -> None:
+        if signature is not None:
+            at = round(time.monotonic() - self.started, 2)
+            self.sends.setdefault(signature, []).append((at, what))
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -58,6 +67,8 @@ class Stats:
             "dropped": self.dropped,
             "throttled": self.throttled,
             "forwarded": self.forwarded,
+            "sends": self.sends,
+            "started": self.started,  # time.monotonic(): the same clock in every process
         }
 
 
@@ -109,24 +120,28 @@ class LossyRpc:
             body = None
         method = body.get("method") if isinstance(body, dict) else "(batch)"
         self.stats.calls[str(method)] += 1
+        signature = None
+        if method == "sendTransaction" and isinstance(body, dict):
+            signature = _signature(body.get("params"))
         low, high = self.faults.latency
         if high > 0:
             await asyncio.sleep(self.random.uniform(low, high))
         if self.faults.throttle and self.random.random() < self.faults.throttle:
             self.stats.throttled += 1
+            self.stats.sent(signature, "throttled")
             return JSONResponse(
                 {"jsonrpc": "2.0", "error": {"code": 429, "message": "Too many requests"},
                  "id": body.get("id") if isinstance(body, dict) else None},
                 status_code=429, headers={"Retry-After": "1"},
             )  # fmt: skip
         dropped = method == "sendTransaction" and self.random.random() < self.faults.drop_sends
-        if dropped and isinstance(body, dict):
-            signature = _signature(body.get("params"))
-            if signature is not None:
-                self.stats.dropped += 1
-                return JSONResponse({"jsonrpc": "2.0", "result": signature, "id": body.get("id")})
+        if dropped and isinstance(body, dict) and signature is not None:
+            self.stats.dropped += 1
+            self.stats.sent(signature, "dropped")
+            return JSONResponse({"jsonrpc": "2.0", "result": signature, "id": body.get("id")})
         if method == "getLatestBlockhash" and self.faults.lag_blockhash and isinstance(body, dict):
             return await self._lagging_blockhash(raw, body)
+        self.stats.sent(signature, "forwarded")
         return await self._forward(raw)
 
     async def _forward(self, raw: bytes) -> Response:

@@ -53,7 +53,13 @@ async def test_an_outage_logs_one_line_down_and_one_line_back(
         assert (records(caplog, "rpc unreachable"), records(caplog, "rpc back")) == (1, 1)
 
         await switch.off()  # a second outage is a second pair of lines
-        await asyncio.sleep(0.5)
+        # Off until a pass has met it (not a fixed 0.5 s: on a loaded machine no pass may
+        # run in that time, and the outage would go unseen, as a real one that short may).
+        for _ in range(200):
+            if records(caplog, "rpc unreachable") == 2:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)  # more passes meet it: still one line
         await switch.on()
         for _ in range(100):
             if records(caplog, "rpc back") == 2:

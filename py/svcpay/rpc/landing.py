@@ -3,9 +3,12 @@ the same bytes, until it is confirmed or its blockhash has expired by block heig
 
 A node that accepted `sendTransaction` has only accepted it: under load a leader drops a
 large share. So a `Flight` sends the transaction (preflight first, `maxRetries: 0`), then
-sends the same bytes again every `rebroadcast_secs` without preflight (a signature executes
-at most once), while one poller per `Lander` asks `getSignatureStatuses` for every
-signature in flight at once, each tick. The flight ends:
+sends the same bytes again without preflight (a signature executes at most once), while one
+poller per `Lander` asks `getSignatureStatuses` for every signature in flight at once, each
+tick. A copy goes out `unseen_secs` (1 s) after the last one while no node has seen the
+transaction (no status at all: it was most likely dropped, and waiting longer only adds to
+the payer's wait), and every `rebroadcast_secs` (2 s) once it is `processed` (in a block
+that may still be dropped with its fork). The flight ends:
 
 - **Landed**: `confirmed` or `finalized` (a `processed` status is not landed: its fork may
   still be dropped); `err` says whether it failed there.
@@ -42,7 +45,8 @@ from svcpay.rpc.calls import RpcCallError, call
 
 log = logging.getLogger("svcpay.rpc")
 
-REBROADCAST_SECS = 2.0
+REBROADCAST_SECS = 2.0  # a copy this long after the last, once a node has processed it
+UNSEEN_SECS = 1.0  # a copy this long after the last, while no node has seen it
 POLL_SECS = 0.4
 MAX_STATUSES = 256  # getSignatureStatuses takes at most this many per call
 # A blockhash no node of ours has ever called valid is given up after this: it was expired
@@ -124,11 +128,13 @@ class Lander:
         rpc: AsyncClient,
         *,
         rebroadcast_secs: float = REBROADCAST_SECS,
+        unseen_secs: float = UNSEEN_SECS,
         poll_secs: float = POLL_SECS,
         never_seen_valid_secs: float = NEVER_SEEN_VALID_SECS,
     ) -> None:
         self.rpc = rpc
         self.rebroadcast_secs = rebroadcast_secs
+        self.unseen_secs = min(unseen_secs, rebroadcast_secs)
         self.poll_secs = poll_secs
         self.never_seen_valid_secs = never_seen_valid_secs
         self.flights: dict[str, Flight] = {}
@@ -186,24 +192,47 @@ class Lander:
             flight.done.set_result(outcome)
 
     async def _until_decided(self, flight: Flight) -> Outcome:
+        """Sends until a node accepts (preflight decides Rejected), then watches each tick's
+        status. Rebroadcasts and expiry checks run beside the watch, one of each at a time:
+        a call that waits out 429s (up to the RPC budget) never delays noticing the landing."""
         wire = base64.b64encode(bytes(flight.tx)).decode()
-        next_send = 0.0
+        last_send: float | None = None
         next_expiry_check = time.monotonic() + self.rebroadcast_secs
-        while True:
-            now = time.monotonic()
-            if now >= next_send:
-                next_send = now + self.rebroadcast_secs
-                refused = await self._send(flight, wire)
-                if refused is not None:
-                    return refused
-            await self._next_tick(flight)
-            status = flight.status
-            if status is not None and status.get("confirmationStatus") in LANDED:
-                return Landed(flight.signature, int(status.get("slot") or 0), status.get("err"))
-            if time.monotonic() >= next_expiry_check:
-                next_expiry_check = time.monotonic() + self.rebroadcast_secs
-                if await self._expired(flight):
-                    return await self._last_look(flight)
+        copy: asyncio.Task[Rejected | Unsent | None] | None = None
+        expiry: asyncio.Task[bool] | None = None
+        try:
+            while True:
+                now = time.monotonic()
+                due = last_send is None or now >= last_send + self._every(flight)
+                if due and not flight.accepted:  # its answer decides: wait for it
+                    refused = await self._send(flight, wire)
+                    if refused is not None:
+                        return refused
+                    last_send = time.monotonic()  # a send that waited out a 429: from then
+                elif due and (copy is None or copy.done()):
+                    copy = asyncio.create_task(self._send(flight, wire))
+                    last_send = now
+                if expiry is None and now >= next_expiry_check:
+                    expiry = asyncio.create_task(self._expired(flight))
+                if expiry is not None and expiry.done():
+                    if expiry.result():
+                        return await self._last_look(flight)
+                    expiry, next_expiry_check = None, time.monotonic() + self.rebroadcast_secs
+                # The next status, but no later than the next copy is due.
+                assert last_send is not None
+                await self._next_tick(flight, until=last_send + self._every(flight))
+                status = flight.status
+                if status is not None and status.get("confirmationStatus") in LANDED:
+                    slot = int(status.get("slot") or 0)
+                    return Landed(flight.signature, slot, status.get("err"))
+        finally:
+            for task in (copy, expiry):
+                if task is not None and not task.done():
+                    task.cancel()
+
+    def _every(self, flight: Flight) -> float:
+        """Seconds between copies: sooner while no node has seen it, then the usual cadence."""
+        return self.unseen_secs if flight.status is None else self.rebroadcast_secs
 
     async def _send(self, flight: Flight, wire: str) -> Rejected | Unsent | None:
         """One send: with preflight until a node accepted it, then without. A refusal of
@@ -270,7 +299,8 @@ class Lander:
         return Expired(flight.signature)
 
     # -- the poller ----------------------------------------------------------------------
-    async def _next_tick(self, flight: Flight) -> None:
+    async def _next_tick(self, flight: Flight, until: float) -> None:
+        """Waits for the poller's next round of statuses, or until `until` (monotonic)."""
         if self._poller is None or self._poller.done():
             self._tick, self._soon = asyncio.Event(), asyncio.Event()
             self._poller = asyncio.create_task(self._poll(), name="lander poller")
@@ -278,7 +308,8 @@ class Lander:
         tick = self._tick
         if not flight.polled:  # its first status is asked at once: a local validator,
             self._soon.set()  # or a fast cluster, has confirmed it already
-        await tick.wait()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(tick.wait(), max(0.0, until - time.monotonic()))
 
     async def _poll(self) -> None:
         """Every `poll_secs` while anything is in flight (at once when a new flight waits

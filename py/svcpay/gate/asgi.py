@@ -13,7 +13,10 @@
 - With `Terms.owner` set, x402 too (`PAYMENT-REQUIRED` on every 402; `PAYMENT-SIGNATURE` or
   an x402 v1 `X-PAYMENT` pays; docs/adr/0018).
 The decisions are `GateCore`'s (gate/core.py, no ASGI in it); this is the ASGI shell.
-Non-HTTP scopes and paths outside the gated prefixes pass through untouched, and so does a
+At start (the app's lifespan), a gate that reads the chain refuses to serve terms whose
+network is not its RPC node's cluster: the server is told the startup failed, with one line
+naming both (gate/cluster.py, docs/adr/0038).
+Other non-HTTP scopes and paths outside the gated prefixes pass through untouched, and so does a
 request the application does not serve (no route for its path, or not for its method): the
 app answers its own 404 or 405 before any payment is asked for or any proof is taken. The
 gate tells from `serves(scope)`, by default from the app's Starlette/FastAPI routes (found
@@ -34,6 +37,7 @@ from svcpay.protocol.mints import MintReader
 from svcpay.protocol.pricing import PricingEntry, Terms
 from svcpay.protocol.replay import ReplayStore
 from svcpay.protocol.verify import RemoteVerifier
+from svcpay.rpc.cluster import WrongCluster
 from svcpay.schemes.mpp_charge.facilitator_client import ChargeSettler
 from svcpay.schemes.session.server import SessionScheme
 from svcpay.schemes.subscription.server import Meter, Subscriptions, SubscriptionView
@@ -123,6 +127,9 @@ class PaymentGate:
         self.serves = serves if serves is not None else routes_served_by(app)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, self._checked_startup(send))
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -138,6 +145,21 @@ class PaymentGate:
             await _reply(send, decision)
         else:
             await _admitted(self.app, decision, scope, receive, send)
+
+    def _checked_startup(self, send: Send) -> Send:
+        """`send` for the app's lifespan: its startup completes only if the gate's RPC node
+        is on the terms' network (GateCore.check_cluster); else the server is told the
+        startup failed, with the one line that says why, and serves nothing."""
+
+        async def checked(message: Message) -> None:
+            if message["type"] == "lifespan.startup.complete":
+                try:
+                    await self.core.check_cluster()
+                except WrongCluster as e:
+                    message = {"type": "lifespan.startup.failed", "message": str(e)}
+            await send(message)
+
+        return checked
 
 
 async def _admitted(app: ASGIApp, admit: Admit, scope: Scope, receive: Receive, send: Send) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
+from svcpay.gate.cluster import check_cluster, rpc_of
 from svcpay.gate.paywall import Paywall, Ways, prefers_html, render
 from svcpay.protocol import mpp
 from svcpay.protocol.headers import MAX_HEADER_BYTES
@@ -189,6 +190,12 @@ class GateCore:
             raise ValueError("metered pricing needs a `meter`")
         if any(isinstance(e, Session) for e in entries) and self.sessions is None:
             raise ValueError("session pricing needs `sessions` (a SessionScheme)")
+
+    async def check_cluster(self) -> None:
+        """Raises WrongCluster when the RPC node this gate reads the chain with is not on
+        `terms.network` (svcpay.gate.cluster); the shells call it at start."""
+        rpc = rpc_of(self.subscriptions, self.meter, self.sessions, self.mints)
+        await check_cluster(self.terms.network, rpc)
 
     async def decide(self, request: Request, pricing: list[PricingEntry]) -> Reply | Admit:
         """Admit or answer a request to a gated path the app serves: the first registered

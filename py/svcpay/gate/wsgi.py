@@ -164,6 +164,12 @@ class PaymentGateWSGI:
         except concurrent.futures.CancelledError:  # close() cancelled it
             raise RuntimeError(CLOSED) from None
 
+    def check_cluster(self, timeout: float = 30.0) -> None:
+        """Raises WrongCluster (one line naming both) when the RPC node the gate reads the
+        chain with is not on the terms' network. WSGI has no start of its own: call it where
+        the app is built, before it serves (svcpay.gate.cluster, docs/adr/0038)."""
+        self.run(self.core.check_cluster(), timeout)
+
     def close(self) -> None:
         """Stops the loop thread (requests still in the gate fail); idempotent. Afterwards
         gated requests raise RuntimeError; paths outside the gate still pass through."""

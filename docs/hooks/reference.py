@@ -27,6 +27,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from svcpay.examples.resource_server_settings import UNFLAGGED
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 MARKER = re.compile(r"^<!--\s*svcpay:generated\s+([\w-]+)\s*-->\s*$", re.M)
@@ -510,8 +512,11 @@ def http_api(page: str) -> str:
 # (in the facilitator's) a default column, then what it means.
 SETTINGS_SOURCES = {
     "svcpay.facilitator.config": "The facilitator (`svcpay facilitator serve`, `crank`, ...)",
-    "svcpay.examples.resource_server": "The example API (`svcpay example serve`, "
-    "`python -m svcpay.examples.resource_server`)",
+    "svcpay.examples.resource_server": "The example API (`python -m "
+    "svcpay.examples.resource_server`; `svcpay example serve` takes each as a flag, "
+    "`svcpay example serve --help`, and reads from the environment only "
+    + ", ".join(f"`{name}`" for name in UNFLAGGED)
+    + ")",
 }
 _ROW = re.compile(r"^(    )(SVCPAY_[A-Z0-9_]+(?:, _[A-Z0-9_]+)*)")
 

@@ -186,14 +186,12 @@ def test_provider_list_and_revoke(offline_cli: Cli, tmp_path: Path) -> None:
     assert [(p["id"], p["name"]) for p in listed] == [(made["provider"], "acme")]
     assert listed[0]["resources"] == [{"kind": "payTo", "address": pay_to}]
     assert [k["id"] for k in listed[0]["keys"]] == [made["keyId"]]
-    assert (
-        made["apiKey"] not in offline_cli("facilitator", "provider", "list", "--database", db).out
-    )
+    shown = offline_cli("facilitator", "provider", "list", "--database", db).out
+    assert made["apiKey"] not in shown
+    assert f"key    {made['keyId']}  -  live" in shown  # the id `revoke --key` takes
 
-    revoked = offline_cli.ok(
-        "facilitator", "provider", "revoke", made["provider"], "--database", db
-    )
-    assert revoked["revoked"] == 1
+    revoked = offline_cli.ok("facilitator", "provider", "revoke", "acme", "--database", db)
+    assert revoked["revoked"] == 1  # by its name, as the guide shows
     listed = offline_cli.ok("facilitator", "provider", "list", "--database", db)["providers"]
     assert listed[0]["keys"][0]["revokedAt"] is not None
     again = offline_cli(
@@ -202,6 +200,12 @@ def test_provider_list_and_revoke(offline_cli: Cli, tmp_path: Path) -> None:
     assert again.code == 3 and "no live API key" in again.err
     nobody = offline_cli("facilitator", "provider", "revoke", "prov_nope", "--database", db)
     assert nobody.code == 3
+    other = offline_cli.ok("facilitator", "provider", "create", "acme", "--pay-to", pay_to,
+                           "--database", db, "--no-check")  # fmt: skip
+    two = offline_cli("facilitator", "provider", "revoke", "acme", "--database", db)
+    assert two.code == 2 and made["provider"] in two.err and other["provider"] in two.err
+    by_id = offline_cli.ok("facilitator", "provider", "revoke", other["provider"], "--database", db)
+    assert by_id["revoked"] == 1
 
 
 def test_provider_accounts_are_checked_against_the_chain(

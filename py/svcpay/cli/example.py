@@ -95,6 +95,9 @@ def settings_of(args: argparse.Namespace) -> Settings:
 
 
 def serve(args: argparse.Namespace) -> int:
+    from svcpay._extras import require
+
+    require("svcpay example serve", ["gate"], ["fastapi", "uvicorn"])  # before importing them
     import uvicorn
 
     from svcpay.examples import resource_server as example

@@ -7,7 +7,6 @@ import argparse
 from typing import Any
 
 from svcpay.cli._common import (
-    CliError,
     NotFound,
     Subparsers,
     UsageError,
@@ -84,13 +83,12 @@ def provider_add(args: argparse.Namespace) -> int:
     async def go() -> list[tuple[str, str]]:
         store = Store.open(cfg.database_url)
         try:
-            if await store.providers.get(args.provider) is None:
-                raise CliError(f"no provider {args.provider}", exit_code=3)
+            provider = await provider_id(store, args.provider)
             for plan in args.plan:
-                await store.providers.add_resource(args.provider, "plan", str(plan))
+                await store.providers.add_resource(provider, "plan", str(plan))
             for pay_to in args.pay_to:
-                await store.providers.add_resource(args.provider, "payTo", str(pay_to))
-            return await store.providers.resources(args.provider)
+                await store.providers.add_resource(provider, "payTo", str(pay_to))
+            return await store.providers.resources(provider)
         finally:
             await store.close()
 
@@ -102,6 +100,21 @@ def provider_add(args: argparse.Namespace) -> int:
         [f"{kind:6} {address}" for kind, address in resources],
     )
     return 0
+
+
+async def provider_id(store: Any, ref: str) -> str:
+    """The id of the provider `ref` names: its id (`prov_...`), or its name when exactly one
+    provider has it. NotFound (exit 3) or UsageError (several of that name) otherwise."""
+    if await store.providers.get(ref) is not None:
+        return ref
+    named = [p["id"] for p in await store.providers.all() if p["name"] == ref]
+    if len(named) == 1:
+        return str(named[0])
+    if named:
+        raise UsageError(
+            f"{len(named)} providers are named {ref!r} ({', '.join(named)}): give the id"
+        )
+    raise NotFound(f"no provider {ref}: see `svcpay facilitator provider list`")
 
 
 def provider_list(args: argparse.Namespace) -> int:
@@ -124,6 +137,11 @@ def provider_list(args: argparse.Namespace) -> int:
         lines.append(f"{p['id']}  {p['name']}  {live} live key{'s' * (live != 1)} "
                      f"of {len(p['keys'])}")  # fmt: skip
         lines += [f"  {r['kind']:6} {r['address']}" for r in p["resources"]]
+        lines += [
+            f"  key    {k['id']}  {k['label'] or '-'}  "
+            f"{'revoked' if k['revokedAt'] is not None else 'live'}"
+            for k in p["keys"]
+        ]
     emit(args, {"providers": found}, lines or ["no providers (`svcpay facilitator provider "
                                                "create NAME`)"])  # fmt: skip
     return 0
@@ -139,11 +157,7 @@ def provider_revoke(args: argparse.Namespace) -> int:
         try:
             if args.key:
                 return int(await store.api_keys.revoke(args.key))
-            if await store.providers.get(args.provider) is None:
-                raise NotFound(
-                    f"no provider {args.provider}: see `svcpay facilitator provider list`"
-                )
-            return await store.api_keys.revoke_all(args.provider)
+            return await store.api_keys.revoke_all(await provider_id(store, args.provider))
         finally:
             await store.close()
 
@@ -187,7 +201,7 @@ def register_provider(sub: Subparsers) -> None:
     p.add_argument("--no-check", action="store_true", help=NO_CHECK)
     p = command(psub, "add", provider_add, help="register plans or payTo accounts",
                 description="Registers more plans or payTo accounts to a provider.")  # fmt: skip
-    p.add_argument("provider")
+    p.add_argument("provider", metavar="PROVIDER", help="its id (prov_...) or its name")
     p.add_argument("--plan", action="append", type=pubkey_arg, default=[])
     p.add_argument("--pay-to", action="append", type=pubkey_arg, default=[])
     p.add_argument("--database", **DATABASE)  # type: ignore[arg-type]
@@ -199,6 +213,6 @@ def register_provider(sub: Subparsers) -> None:
     p = command(psub, "revoke", provider_revoke, help="revoke a provider's API keys",
                 description="Revokes every API key of PROVIDER, or the one --key: requests "
                 "with it get 401 from then on. Its plans and history stay.")  # fmt: skip
-    p.add_argument("provider", nargs="?", metavar="PROVIDER")
+    p.add_argument("provider", nargs="?", metavar="PROVIDER", help="its id or its name")
     p.add_argument("--key", metavar="KEY_ID", help="one key (its id, from `provider list`)")
     p.add_argument("--database", **DATABASE)  # type: ignore[arg-type]

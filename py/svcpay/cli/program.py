@@ -210,7 +210,7 @@ def register(subparsers: Subparsers) -> None:
         help="deploy, upgrade and inspect the svc_billing program",
         description="Deploys the svc_billing program through the upgradeable BPF loader, as "
         "`solana program deploy` does: a buffer written in chunks (resumable), then deploy or "
-        "upgrade. --keypair pays the fees and rent (about 3.6 SOL for a 511 KB program) and is "
+        "upgrade. --keypair pays the fees and rent (about 7 SOL a megabyte of program) and is "
         "the upgrade authority unless --upgrade-authority names another keypair.",
         global_options=False,
     )

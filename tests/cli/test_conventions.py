@@ -156,6 +156,19 @@ def test_localnet_on_a_port_in_use_says_which_and_what_to_do() -> None:
                 assert json.loads(done.stdout)["error"] == "PortUnavailable"
 
 
+def test_localnet_refuses_a_file_that_is_no_program_in_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.so"
+    bad.write_bytes(b"\x7fELF" + bytes(range(256)) * 4)
+    done = subprocess.run(
+        [sys.executable, "-m", "svcpay.localnet.server", "--rpc-port", "0",
+         "--bpf-program", str(Keypair().pubkey()), str(bad)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(f"svcpay localnet: error: --bpf-program: {bad} is not a program")
+
+
 def test_demo_json_narrates_on_stderr_and_prints_one_object(
     offline_cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -66,6 +66,10 @@ LOOKUP_TABLE_META_SIZE = 56  # an address lookup table's header; its addresses f
 _NO_ACCOUNT = Account(0, b"", Pubkey.from_string(parsed.SYSTEM))
 
 
+class ProgramLoadError(ValueError):
+    """A --bpf-program file that cannot be read or is not a loadable program."""
+
+
 class Node:
     """LiteSVM plus what an RPC node adds: slots and time that move, a transaction history."""
 
@@ -86,7 +90,15 @@ class Node:
         # the last RECENT_BLOCKHASHES blockhashes, oldest first, each with the slot it began
         self.recent: dict[str, int] = {}
         for program_id, path in programs:
-            self.svm.add_program(program_id, path.read_bytes())
+            try:
+                self.svm.add_program(program_id, path.read_bytes())
+            except OSError as e:
+                raise ProgramLoadError(f"{path}: cannot read it: {e.strerror or e}") from e
+            except Exception as e:  # solders' LiteSVMError: not an ELF the runtime loads
+                raise ProgramLoadError(
+                    f"{path} is not a program the Solana runtime can load ({e}): give the "
+                    ".so that scripts/build-program (or cargo build-sbf) wrote"
+                ) from e
         for address, account in accounts:  # solana-test-validator's --account
             self.svm.set_account(address, account)
         self.genesis_ms = int(time.time() * 1000)

@@ -29,7 +29,7 @@ from solders.pubkey import Pubkey
 from svcpay import stopping
 from svcpay.localnet.accounts import AccountFileError, read_account_file
 from svcpay.localnet.methods import Methods, RpcError
-from svcpay.localnet.node import Node
+from svcpay.localnet.node import Node, ProgramLoadError
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -334,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
         accounts.append((key, account))
     try:
         serve(programs, args.bind_address, args.rpc_port, as_json=args.json, accounts=accounts)
+    except ProgramLoadError as e:
+        parser.error(f"--bpf-program: {e}")
     except OSError as e:
         where = f"{args.bind_address}:{args.rpc_port}"
         if e.errno == errno.EADDRINUSE:

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from solders.keypair import Keypair
 
 from svcpay.cli import _common, main
-from svcpay.localnet.process import Localnet
+from svcpay.localnet.process import PROGRAM_SO, Localnet
+from svcpay.program.generated.program_id import PROGRAM_ID
 from tests.cli.conftest import Cli, free_port, keyfile
 
 
@@ -154,6 +158,44 @@ def test_localnet_on_a_port_in_use_says_which_and_what_to_do() -> None:
             )
             if extra:
                 assert json.loads(done.stdout)["error"] == "PortUnavailable"
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler of its own for `signum` (SigCgt in /proc)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & (1 << (signum - 1)))
+
+
+def test_localnet_stops_on_ctrl_c_at_any_moment_of_its_start() -> None:
+    """A Ctrl-C while `svcpay localnet` imports and loads the program (before it serves)
+    ends it with 130 and no traceback; after, it stops serving with 0 (issue 36). Each
+    signal goes out a random moment after the process first handles SIGTERM, which Python
+    itself never does: before that runs the interpreter's own start."""
+    seed = random.randrange(10**6)
+    print("seed", seed)
+    rng = random.Random(seed)
+    moments = sorted(rng.uniform(0.0, 0.4) for _ in range(8))
+    codes = []
+    for at in moments:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "svcpay.localnet.server", "--rpc-port", "0",
+             "--bpf-program", str(PROGRAM_ID), str(PROGRAM_SO)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while not catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        time.sleep(at)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode in (0, 130) and "Traceback" not in err, (at, proc.returncode, err)
+        assert (proc.returncode == 0) == ("ready" in out), (at, out)
+        codes.append(proc.returncode)
+    assert 130 in codes, (seed, moments, codes)  # the start itself was interrupted
 
 
 def test_localnet_refuses_a_file_that_is_no_program_in_one_line(tmp_path: Path) -> None:

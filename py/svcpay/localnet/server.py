@@ -14,6 +14,19 @@ batch of calls, is -32700, a call of the wrong shape -32600; notifications get n
 
 from __future__ import annotations
 
+import os
+import signal
+
+if __name__ == "__main__":
+    # `svcpay localnet` execs this: a Ctrl-C or SIGTERM while it starts (the imports below,
+    # loading the programs) ends it at once, 128 + the signal, without a traceback; nothing
+    # needs cleaning up yet. svcpay.stopping takes over once it serves (docs/adr/0035).
+    def _starting(signum: int, frame: object) -> None:
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGINT, _starting)
+    signal.signal(signal.SIGTERM, _starting)
+
 import argparse
 import errno
 import json

@@ -151,3 +151,24 @@ def test_the_wsgi_adapter_checks_when_asked(
     with payment_gate_wsgi(app, **gate_kwargs(LOCALNET, client)) as gate:
         gate.check_cluster()  # its own cluster: nothing raised
         gate.run(client.close())
+
+
+async def test_paid_mcp_tools_check_when_asked(
+    validator: Localnet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from svcpay.mcp.server import PaidTools
+
+    monkeypatch.setenv(STAND_IN_ENV, "")
+    client = BillingClient.connect(validator.url)
+    try:
+        for network, refused in ((DEVNET, True), (LOCALNET, False)):
+            kwargs = gate_kwargs(network, client)
+            del kwargs["pricing"]
+            paid = PaidTools(None, **kwargs)
+            if refused:
+                with pytest.raises(WrongCluster, match="terms are on solana-devnet"):
+                    await paid.check_cluster()
+            else:
+                await paid.check_cluster()
+    finally:
+        await client.close()

@@ -116,6 +116,12 @@ class PaidTools:
         if server is not None:
             server.middleware.append(self)
 
+    async def check_cluster(self) -> None:
+        """Raises WrongCluster (one line naming both) when the RPC node these tools read
+        the chain with is not on the terms' network; call it where the server starts, as
+        `payment_gate` does at its ASGI startup (svcpay.gate.cluster, docs/adr/0038)."""
+        await self.core.check_cluster()
+
     def price(self, tool: str, *entries: PricingEntry, by: PriceOf | None = None) -> None:
         """Prices the tool named `tool` (however it was registered). ValueError when the
         gate cannot take the pricing (as `payment_gate` at start). `by` prices each call

@@ -176,3 +176,26 @@ print("ok")
 """
     )
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_signal_after_the_work_is_done_changes_nothing() -> None:
+    """Past `finished()` a Ctrl-C or SIGTERM neither raises nor kills: the exit code is the
+    one the work ended with. Without it, the interpreter's shutdown puts back the default
+    action, and a late Ctrl-C killed a finished demo with -2 (CI, 2026-11-28)."""
+    script = (
+        "import os, signal, sys\n"
+        "from svcpay import stopping\n"
+        "with stopping.handling():\n"
+        "    pass\n"
+        "if sys.argv[1] == 'finished':\n"
+        "    stopping.finished()\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "sys.exit(3)\n"
+    )
+    done = [
+        subprocess.run([sys.executable, "-c", script, how], capture_output=True, text=True)
+        for how in ("finished", "not")
+    ]
+    assert (done[0].returncode, done[0].stderr) == (3, "")
+    assert done[1].returncode != 3  # the control: the same signals, not ignored

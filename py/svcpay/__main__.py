@@ -13,7 +13,9 @@ def main() -> int:
     with stopping.handling():
         from svcpay.cli import main as cli_main
 
-        return cli_main()
+        code = cli_main()
+    stopping.finished()  # a signal from here on changes nothing: the work is done
+    return code
 
 
 if __name__ == "__main__":

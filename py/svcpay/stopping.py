@@ -71,6 +71,17 @@ def _handler(signum: int, frame: FrameType | None) -> None:
             loop.call_soon_threadsafe(callback)
 
 
+def finished() -> None:
+    """For a process's entry point, once its work is done and its exit code known: SIGINT
+    and SIGTERM are ignored from here on. The interpreter's shutdown puts back the default
+    action of every signal that has a Python handler (Python's own KeyboardInterrupt one
+    too), so a Ctrl-C in its last moments killed a finished demo with -2 instead of its
+    code; an ignored signal stays ignored to the end (main thread only)."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+
+
 def requested() -> bool:
     """Whether Ctrl-C or SIGTERM arrived since `handling()` began."""
     return _State.signum is not None

@@ -2,6 +2,9 @@
 
 import sys
 
+from svcpay import stopping
 from svcpay.demo import main
 
-sys.exit(main())
+code = main()
+stopping.finished()  # a Ctrl-C from here on changes nothing: the demo is over
+sys.exit(code)

@@ -218,9 +218,14 @@ class Lander:
                     if expiry.result():
                         return await self._last_look(flight)
                     expiry, next_expiry_check = None, time.monotonic() + self.rebroadcast_secs
-                # The next status, but no later than the next copy is due.
+                # The next status, but no later than the next copy is due. A copy due while
+                # the last is still out (waiting out 429s) waits for it to end, not in a loop.
                 assert last_send is not None
-                await self._next_tick(flight, until=last_send + self._every(flight))
+                wake = last_send + self._every(flight)
+                if copy is not None and not copy.done() and wake <= time.monotonic():
+                    await asyncio.wait({copy}, timeout=self.poll_secs)
+                else:
+                    await self._next_tick(flight, until=wake)
                 status = flight.status
                 if status is not None and status.get("confirmationStatus") in LANDED:
                     slot = int(status.get("slot") or 0)

@@ -8,18 +8,27 @@ import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from solders.keypair import Keypair
 from solders.system_program import CreateAccountParams, create_account
 
 from svcpay.localnet.chain import CLOCK_SYSVAR
-from svcpay.localnet.process import PROGRAM_KEYPAIR, PROGRAM_SO, Localnet, localnet
+from svcpay.localnet.process import (
+    PROGRAM_KEYPAIR,
+    PROGRAM_SO,
+    TEST_HOOK_SO,
+    Localnet,
+    localnet,
+)
 from svcpay.program import deploy
 from svcpay.program.generated.program_id import PROGRAM_ID
+from svcpay.rpc import connect
 from tests.cli.conftest import Cli, keyfile
 from tests.support.billing import USDC, Billing, deduct_ix
 from tests.support.chain import TICKS_PER_SLOT, Chain
 from tests.support.clock import Clock
+from tests.support.processes import Processes
 
 
 @pytest.fixture(autouse=True)
@@ -156,3 +165,26 @@ def test_show_names_what_is_not_a_program(empty_cli: Cli) -> None:
     assert nothing.code == 3 and "no program at" in nothing.err
     clock = empty_cli("program", "show", "--program-id", str(CLOCK_SYSVAR))
     assert clock.code == 1 and "not a program of the upgradeable loader" in clock.err
+
+
+@pytest.mark.anyio
+async def test_a_deploy_through_an_rpc_that_drops_sends_lands_every_chunk_in_one_round(
+    empty_validator: Localnet, processes: Processes
+) -> None:
+    """A real cluster's leaders drop sends: each chunk write is rebroadcast until it lands
+    (svcpay.rpc.landing), so a third of them dropped costs no second round of writes."""
+    dropping = processes.lossy_rpc(empty_validator.url, "--drop-sends", "0.3", "--seed", "41")
+    payer = Chain(empty_validator.url).funded_keypair(20 * 10**9)
+    program, elf, said = Keypair(), TEST_HOOK_SO.read_bytes(), list[str]()  # 146 chunks
+    rpc = connect(dropping)
+    try:
+        await deploy.deploy(rpc, payer, program, payer, elf, Keypair(), progress=said.append)
+        info = await deploy.program_info(rpc, program.pubkey())
+    finally:
+        await rpc.close()
+    assert info is not None and info.sha256 == hashlib.sha256(elf.rstrip(b"\0")).hexdigest()
+    total = -(-len(elf) // deploy.chunk_size(payer, payer))
+    assert f"buffer complete: {total} chunks of {deploy.chunk_size(payer, payer)} bytes" in said
+    assert not [line for line in said if line.startswith("round ")], said
+    dropped = httpx.get(f"{dropping}/stats").json()["dropped"]
+    assert dropped >= total // 5, dropped  # the proxy did drop about a third of the sends

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 from collections import Counter
 from dataclasses import dataclass
 
@@ -48,11 +47,6 @@ SETTINGS = [
 ]
 
 
-def lossy_proxy(processes: Processes, upstream: str, flags: tuple[str, ...]) -> str:
-    argv = [sys.executable, "-m", "svcpay.localnet.lossy", "--upstream", upstream, *flags]
-    return processes.start("lossy rpc", argv, "svcpay lossy-rpc ready ")
-
-
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
 async def test_every_payment_lands_once_through_a_lossy_rpc(
     setting: Setting,
@@ -61,7 +55,7 @@ async def test_every_payment_lands_once_through_a_lossy_rpc(
     processes: Processes,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    url = lossy_proxy(processes, validator.url, (*setting.flags, "--seed", "37"))
+    url = processes.lossy_rpc(validator.url, *setting.flags, "--seed", "37")
     provider, fee_payer = chain.funded_keypair(), chain.funded_keypair()
     mint = chain.create_mint()
     pay_to = chain.token_account(provider.pubkey(), mint)
@@ -123,7 +117,7 @@ async def test_renewals_land_in_one_pass_when_sends_are_dropped(
     """A dropped collect is sent again in 2 s, not waited on for 90 s and then retried one
     by one: every due renewal is done by the first pass (issue 37: one dropped renewal held
     up billing for minutes)."""
-    url = lossy_proxy(processes, validator.url, ("--drop-sends", "0.5", "--seed", "38"))
+    url = processes.lossy_rpc(validator.url, "--drop-sends", "0.5", "--seed", "38")
     provider, fee_payer = chain.funded_keypair(), chain.funded_keypair()
     mint = chain.create_mint()
     destination = chain.token_account(provider.pubkey(), mint)

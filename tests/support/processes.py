@@ -5,6 +5,7 @@ all stopped when the test ends."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -38,6 +39,11 @@ class Processes:
         except DemoFailed as e:
             pytest.fail(f"{e}:\n{child.stderr_tail(40)}")
         return next(word for word in line.split() if word.startswith("http://"))
+
+    def lossy_rpc(self, upstream: str, *flags: str) -> str:
+        """svcpay.localnet.lossy in front of `upstream`, with `flags` (`--drop-sends 0.3`...)."""
+        argv = [sys.executable, "-m", "svcpay.localnet.lossy", "--upstream", upstream, *flags]
+        return self.start("lossy rpc", argv, "svcpay lossy-rpc ready ")
 
     def stop(self) -> None:
         for child in reversed(self.children):

@@ -30,11 +30,6 @@ def closed_port() -> str:
         return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
-def lossy(processes: Processes, upstream: str, *flags: str) -> str:
-    argv = [sys.executable, "-m", "svcpay.localnet.lossy", "--upstream", upstream, *flags]
-    return processes.start("lossy rpc", argv, "svcpay lossy-rpc ready ")
-
-
 async def test_reads_fail_over_to_the_next_url_and_say_so_once(
     validator: Localnet, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -53,7 +48,7 @@ async def test_reads_fail_over_to_the_next_url_and_say_so_once(
 async def test_a_send_goes_to_every_url_so_one_that_drops_it_costs_nothing(
     validator: Localnet, chain: Chain, processes: Processes
 ) -> None:
-    dropping = lossy(processes, validator.url, "--drop-sends", "1")
+    dropping = processes.lossy_rpc(validator.url, "--drop-sends", "1")
     payer = chain.funded_keypair()
     billing = BillingClient.connect(f"{dropping},{validator.url}")
     try:
@@ -72,7 +67,7 @@ async def test_a_send_goes_to_every_url_so_one_that_drops_it_costs_nothing(
 async def test_429s_past_the_budget_are_an_outage_not_a_bug(
     validator: Localnet, processes: Processes
 ) -> None:
-    refusing = lossy(processes, validator.url, "--throttle", "1")
+    refusing = processes.lossy_rpc(validator.url, "--throttle", "1")
     rpc = connect(RpcSettings((refusing,), budget_secs=1.5))
     began = time.monotonic()
     try:
@@ -134,7 +129,7 @@ async def test_a_copy_no_node_has_seen_goes_out_again_sooner(
 
     from svcpay.rpc.landing import Lander, Pending
 
-    dropping = lossy(processes, validator.url, "--drop-sends", "1")
+    dropping = processes.lossy_rpc(validator.url, "--drop-sends", "1")
     payer = chain.funded_keypair()
     ix = transfer(
         TransferParams(from_pubkey=payer.pubkey(), to_pubkey=Keypair().pubkey(), lamports=10**6)

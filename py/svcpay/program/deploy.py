@@ -6,9 +6,11 @@ after `ExtendProgram` when the new binary is larger) moves it into the program's
 
 Chunk writes are resumable: the buffer is an ordinary account whose address comes from a
 keypair the caller keeps, so a second run with the same buffer keypair reads what the buffer
-holds and writes only the chunks that differ. Writes are sent without waiting for each other
-and confirmed in batches; a round that leaves chunks missing (dropped, expired blockhash) is
-followed by another that sends only those.
+holds and writes only the chunks that differ. Writes go out in batches of `IN_FLIGHT`, each on
+a fresh blockhash, and every transaction is landed as svcpay's others are (svcpay.rpc.landing):
+rebroadcast until confirmed or expired by block height, so a dropped write costs a second,
+not a timeout. A round that leaves chunks missing (expired, or a node that could not be
+reached) is followed by another that sends only those.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from dataclasses import dataclass
 
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed
-from solana.rpc.models import TxOpts
 from solders.hash import Hash
 from solders.instruction import AccountMeta, Instruction
 from solders.keypair import Keypair
@@ -33,6 +34,8 @@ from solders.system_program import CreateAccountParams, create_account
 from solders.sysvar import CLOCK, RENT
 from solders.transaction import VersionedTransaction
 
+from svcpay.rpc.landing import Expired, Landed, Lander, Outcome, Pending, Rejected, Unsent
+
 LOADER = Pubkey.from_string("BPFLoaderUpgradeab1e11111111111111111111111")
 BUFFER_HEADER = 37  # enum tag (u32) + Option<authority>
 PROGRAMDATA_HEADER = 45  # enum tag + deploy slot (u64) + Option<authority>
@@ -40,7 +43,9 @@ PROGRAM_SIZE = 36  # enum tag + programdata address
 PACKET_SIZE = 1232  # a transaction's largest wire size
 IN_FLIGHT = 64  # chunk writes sent before waiting for their confirmations
 ROUNDS = 8  # write rounds before giving up (each resends only what is missing)
-CONFIRM_SECONDS = 45.0
+# A flight ends when its transaction lands or its blockhash expires by block height (about
+# 60-90 s on a real cluster); this only bounds a node that stops answering.
+LAND_SECONDS = 180.0
 
 Progress = Callable[[str], None]
 KeepBuffer = Callable[[Keypair], None]
@@ -158,7 +163,7 @@ async def program_info(rpc: AsyncClient, program: Pubkey) -> ProgramInfo | None:
     )
 
 
-# -- the buffer -----------------------------------------------------------------------------
+# -- sending ---------------------------------------------------------------------------------
 def chunk_size(payer: Keypair, authority: Keypair) -> int:
     """The largest chunk one Write transaction carries (signed by payer and authority)."""
     signers = [payer] if payer.pubkey() == authority.pubkey() else [payer, authority]
@@ -181,57 +186,59 @@ def _signers(*keypairs: Keypair) -> list[Keypair]:
     return list(seen.values())
 
 
-async def _blockhash(rpc: AsyncClient) -> Hash:
-    return (await rpc.get_latest_blockhash(Confirmed)).value.blockhash
+async def _signed(
+    rpc: AsyncClient, ixs: Sequence[Instruction], payer: Keypair, *others: Keypair
+) -> tuple[VersionedTransaction, int]:
+    """A transaction of `ixs` on the latest blockhash, and that blockhash's last valid block
+    height."""
+    latest = (await rpc.get_latest_blockhash(Confirmed)).value
+    msg = MessageV0.try_compile(payer.pubkey(), list(ixs), [], latest.blockhash)
+    return VersionedTransaction(msg, _signers(payer, *others)), latest.last_valid_block_height
+
+
+def _refused(outcome: Outcome) -> str | None:
+    """Why a transaction's flight failed in a way another round cannot mend (a preflight
+    refusal, an error on chain), or None."""
+    if isinstance(outcome, Rejected):
+        data = outcome.data if isinstance(outcome.data, dict) else {}
+        logs = [str(line) for line in data.get("logs") or []]
+        return f"transaction refused: {outcome.message}" + (f" ({logs[-1]})" if logs else "")
+    if isinstance(outcome, Landed) and outcome.err is not None:
+        return f"transaction {outcome.signature} failed: {outcome.err}"
+    return None
 
 
 async def _send_and_confirm(
-    rpc: AsyncClient, ixs: Sequence[Instruction], payer: Keypair, *others: Keypair
+    lander: Lander, ixs: Sequence[Instruction], payer: Keypair, *others: Keypair
 ) -> Signature:
-    """One transaction, sent with preflight and confirmed; DeployError with its logs if not."""
-    msg = MessageV0.try_compile(payer.pubkey(), list(ixs), [], await _blockhash(rpc))
-    tx = VersionedTransaction(msg, _signers(payer, *others))
-    try:
-        sig = (await rpc.send_transaction(tx, opts=TxOpts(preflight_commitment=Confirmed))).value
-    except Exception as e:  # solana-py raises RPCException and subclasses with the logs
-        raise DeployError(f"transaction refused: {e}") from e
-    status = await _wait_confirmed(rpc, [sig])
-    if status[sig] is not None:
-        raise DeployError(f"transaction {sig} failed: {status[sig]}")
-    return sig
+    """One transaction, landed (preflight first, then rebroadcast); DeployError if not."""
+    tx, valid_until = await _signed(lander.rpc, ixs, payer, *others)
+    outcome = await lander.land(tx, wait_secs=LAND_SECONDS, last_valid_block_height=valid_until)
+    if (refused := _refused(outcome)) is not None:
+        raise DeployError(refused)
+    if isinstance(outcome, Landed):
+        return Signature.from_string(outcome.signature)
+    raise DeployError(_not_landed(outcome))
 
 
-async def _wait_confirmed(
-    rpc: AsyncClient, sigs: Sequence[Signature], timeout: float = CONFIRM_SECONDS
-) -> dict[Signature, object]:
-    """Waits until each signature is confirmed; returns {signature: error or None} for those
-    that were (a signature missing from the result never confirmed in `timeout`)."""
-    pending = list(sigs)
-    done: dict[Signature, object] = {}
-    deadline = asyncio.get_running_loop().time() + timeout
-    while pending and asyncio.get_running_loop().time() < deadline:
-        still = []
-        for start in range(0, len(pending), 256):
-            batch = pending[start : start + 256]
-            statuses = (await rpc.get_signature_statuses(batch)).value
-            for sig, status in zip(batch, statuses, strict=True):
-                confirmed = (
-                    status is not None
-                    and status.confirmation_status is not None
-                    and (str(status.confirmation_status).endswith(("Confirmed", "Finalized")))
-                )
-                if confirmed and status is not None:
-                    done[sig] = status.err
-                else:
-                    still.append(sig)
-        pending = still
-        if pending:
-            await asyncio.sleep(0.4)
-    return done
+def _not_landed(outcome: Outcome) -> str:
+    if isinstance(outcome, Unsent):
+        return f"no RPC node took transaction {outcome.signature}: {outcome.reason}"
+    if isinstance(outcome, Expired):
+        return (
+            f"transaction {outcome.signature} expired before it landed (its blockhash's last "
+            "valid block height passed): run the same command again"
+        )
+    assert isinstance(outcome, Pending)
+    return (
+        f"transaction {outcome.signature} not confirmed in {LAND_SECONDS:.0f} s: is the RPC "
+        "node answering? Run the same command again"
+    )
 
 
+# -- the buffer ----------------------------------------------------------------------------
 async def write_buffer(
-    rpc: AsyncClient,
+    lander: Lander,
     payer: Keypair,
     buffer: Keypair,
     authority: Keypair,
@@ -243,13 +250,14 @@ async def write_buffer(
     already hold the right bytes are not sent again. `keep_buffer` is called with the
     buffer's keypair before its account is created, to save it where a later run finds it
     (the account holds the buffer's rent until a deploy or upgrade consumes it)."""
+    rpc = lander.rpc
     size = BUFFER_HEADER + len(elf)
     account = (await rpc.get_account_info(buffer.pubkey(), Confirmed)).value
     if account is None:
         keep_buffer(buffer)
         create, rent = await _create_loader_account(rpc, payer, buffer.pubkey(), size)
         init = initialize_buffer(buffer.pubkey(), authority.pubkey())
-        await _send_and_confirm(rpc, [create, init], payer, buffer)
+        await _send_and_confirm(lander, [create, init], payer, buffer)
         progress(f"created buffer {buffer.pubkey()} ({size:,} bytes, {rent:,} lamports)")
     else:
         data = bytes(account.data)
@@ -273,20 +281,28 @@ async def write_buffer(
             return
         if round_:
             progress(f"round {round_ + 1}: {len(missing)} chunks still to write")
-        blockhash = await _blockhash(rpc)
-        signers = _signers(payer, authority)
         written = len(offsets) - len(missing)
         for start in range(0, len(missing), IN_FLIGHT):
-            sigs = []
+            # Each batch on a blockhash of its own: a round can outlive one (151 blocks: a
+            # minute on a real cluster, 15 s on a test validator's 100 ms slots).
+            latest = (await rpc.get_latest_blockhash(Confirmed)).value
+            flights = []
             for offset in missing[start : start + IN_FLIGHT]:
                 ix = write(buffer.pubkey(), authority.pubkey(), offset, elf[offset : offset + step])
-                msg = MessageV0.try_compile(payer.pubkey(), [ix], [], blockhash)
-                tx = VersionedTransaction(msg, signers)
-                sigs.append(
-                    (await rpc.send_raw_transaction(bytes(tx), TxOpts(skip_preflight=True))).value
+                msg = MessageV0.try_compile(payer.pubkey(), [ix], [], latest.blockhash)
+                tx = VersionedTransaction(msg, _signers(payer, authority))
+                flights.append(
+                    lander.land(
+                        tx,
+                        wait_secs=LAND_SECONDS,
+                        last_valid_block_height=latest.last_valid_block_height,
+                    )  # fmt: skip
                 )
-            confirmed = await _wait_confirmed(rpc, sigs, timeout=20.0)
-            written += sum(1 for err in confirmed.values() if err is None)
+            outcomes = await asyncio.gather(*flights)
+            for outcome in outcomes:
+                if (refused := _refused(outcome)) is not None:
+                    raise DeployError(refused)  # another round would be refused the same
+            written += sum(isinstance(o, Landed) for o in outcomes)
             progress(f"wrote {written}/{len(offsets)} chunks")
     raise DeployError(
         f"the buffer {buffer.pubkey()} is still incomplete after {ROUNDS} rounds: run the "
@@ -335,12 +351,16 @@ async def deploy(
     max_len = max_data_len or len(elf)
     if max_len < len(elf):
         raise DeployError(f"--max-len {max_len:,} is smaller than the program ({len(elf):,})")
-    await write_buffer(rpc, payer, buffer, authority, elf, progress, keep_buffer)
-    create, _ = await _create_loader_account(rpc, payer, program.pubkey(), PROGRAM_SIZE)
-    ix = deploy_with_max_data_len(
-        payer.pubkey(), program.pubkey(), buffer.pubkey(), authority.pubkey(), max_len
-    )
-    sig = await _send_and_confirm(rpc, [create, ix], payer, program, authority)
+    lander = Lander(rpc)
+    try:
+        await write_buffer(lander, payer, buffer, authority, elf, progress, keep_buffer)
+        create, _ = await _create_loader_account(rpc, payer, program.pubkey(), PROGRAM_SIZE)
+        ix = deploy_with_max_data_len(
+            payer.pubkey(), program.pubkey(), buffer.pubkey(), authority.pubkey(), max_len
+        )
+        sig = await _send_and_confirm(lander, [create, ix], payer, program, authority)
+    finally:
+        await lander.aclose()
     await next_slot(rpc)
     progress(f"deployed {program.pubkey()} ({len(elf):,} bytes) in {sig}")
     return sig
@@ -371,15 +391,20 @@ async def upgrade_program(
         )
     if info.sha256 == elf_digest(elf):
         raise DeployError(f"program {program} already runs this binary (sha256 {info.sha256})")
-    await write_buffer(rpc, payer, buffer, authority, elf, progress, keep_buffer)
-    if len(elf) > info.data_len:
-        extra = len(elf) - info.data_len
-        await _send_and_confirm(rpc, [extend_program(program, payer.pubkey(), extra)], payer)
-        progress(f"extended the program data by {extra:,} bytes")
-        # Extending redeploys the program; the loader refuses a second deploy in that slot.
-        await next_slot(rpc)
-    ix = upgrade(program, buffer.pubkey(), authority.pubkey(), payer.pubkey())
-    sig = await _send_and_confirm(rpc, [ix], payer, authority)
+    lander = Lander(rpc)
+    try:
+        await write_buffer(lander, payer, buffer, authority, elf, progress, keep_buffer)
+        if len(elf) > info.data_len:
+            extra = len(elf) - info.data_len
+            extend = extend_program(program, payer.pubkey(), extra)
+            await _send_and_confirm(lander, [extend], payer)
+            progress(f"extended the program data by {extra:,} bytes")
+            # Extending redeploys the program; the loader refuses a second deploy in that slot.
+            await next_slot(rpc)
+        ix = upgrade(program, buffer.pubkey(), authority.pubkey(), payer.pubkey())
+        sig = await _send_and_confirm(lander, [ix], payer, authority)
+    finally:
+        await lander.aclose()
     await next_slot(rpc)
     progress(f"upgraded {program} ({len(elf):,} bytes) in {sig}")
     return sig

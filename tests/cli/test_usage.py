@@ -191,12 +191,19 @@ def test_unknown_accounts_exit_3(cli: Cli, tmp_path: Path, chain: Chain) -> None
         assert nothing in result.err
 
 
-def test_an_unreachable_rpc_says_how_to_start_one(offline_cli: Cli) -> None:
+def test_an_unreachable_rpc_says_how_to_start_one_or_check_the_url(offline_cli: Cli) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     result = offline_cli("plan", "show", str(Keypair().pubkey()), "--url", url)
     assert result.code == 1
     assert result.err.strip() == (
         f"svcpay: cannot reach RPC at {url}: start one with `svcpay localnet` or pass --url"
+    )
+    remote = "http://rpc.invalid:8899"  # .invalid never resolves (RFC 2606)
+    result = offline_cli("plan", "show", str(Keypair().pubkey()), "--url", remote)
+    assert result.code == 1
+    assert result.err.strip() == (
+        f"svcpay: cannot reach RPC at {remote}: check the URL and this machine's network, "
+        "or pass another with --url"
     )
 
 

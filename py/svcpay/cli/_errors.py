@@ -94,11 +94,16 @@ def describe(exc: BaseException, args: argparse.Namespace | None) -> tuple[int, 
         cause = exc.__cause__ or exc.__context__
         # solana-py's transport (httpx2 since 0.41) raises its own classes of httpx's names.
         if type(cause).__name__ in ("ConnectError", "ConnectTimeout"):
-            return (
-                EXIT_FAILED,
-                "RpcUnreachable",
-                f"cannot reach RPC at {url}: start one with `svcpay localnet` or pass --url",
+            local = all(
+                (httpx.URL(u.strip()).host or "") in ("127.0.0.1", "localhost", "::1")
+                for u in str(url).split(",")
             )
+            hint = (
+                "start one with `svcpay localnet` or pass --url"
+                if local
+                else "check the URL and this machine's network, or pass another with --url"
+            )
+            return EXIT_FAILED, "RpcUnreachable", f"cannot reach RPC at {url}: {hint}"
         reason = f"{type(cause).__name__}: {cause}" if cause else str(exc)
         return EXIT_FAILED, "RpcError", f"RPC request to {url} failed ({reason}): check --url"
     if isinstance(exc, RPCException):

@@ -12,13 +12,14 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from solders.keypair import Keypair
 
 from svcpay.facilitator.store import Event, Store, new_id
 from svcpay.localnet.process import Localnet
 from svcpay.program import instructions, pda
 from svcpay.protocol.stablecoins import mint_of
-from tests.cli.conftest import Cli, keyfile
+from tests.cli.conftest import Cli, free_port, keyfile
 from tests.support.billing import USDC, create_plan_ix
 from tests.support.chain import Chain
 from tests.support.clock import Clock
@@ -72,6 +73,23 @@ def test_bad_configuration_is_a_usage_error_with_the_fix(offline_cli: Cli, tmp_p
         "analytics", "--from", "yesterday", "--database", f"sqlite:///{tmp_path / 'f.db'}"
     )
     assert bad_range.code == 2
+
+
+def test_serve_says_what_is_wrong_with_its_settings_before_it_starts(
+    offline_cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = keyfile(tmp_path, Keypair(), "facilitator.json")
+    monkeypatch.setenv("SVCPAY_FACILITATOR_KEYPAIR", key)
+    db = f"sqlite:///{tmp_path / 'f.db'}"
+    monkeypatch.setenv("SVCPAY_RPC_RATE", "fast")
+    rate = offline_cli("facilitator", "serve", "--database", db, "--port", "0")
+    assert rate.code == 2 and "SVCPAY_RPC_RATE must be a number, not 'fast'" in rate.err
+    monkeypatch.delenv("SVCPAY_RPC_RATE")
+    dead = f"http://127.0.0.1:{free_port()}"
+    down = offline_cli("facilitator", "serve", "--database", db, "--port", "0", "--url", dead)
+    assert down.code == 2, down.err
+    assert f"cannot reach {dead} (ConnectError" in down.err and "SVCPAY_NETWORK" in down.err
+    assert "GetGenesisHash" not in down.err  # solana-py's repr of its request class
 
 
 def test_analytics_prints_a_table_and_writes_a_chart(offline_cli: Cli, tmp_path: Path) -> None:

@@ -128,6 +128,26 @@ def test_bad_arguments_exit_2_with_one_line(
     assert complaint in result.err and "svcpay plan create --help" in result.err
 
 
+@pytest.mark.parametrize(
+    ("argv", "complaint"),
+    [
+        (("facilitator", "serve", "--crank-interval", "-1"), "give seconds, 0 or more (0: off)"),
+        (("facilitator", "serve", "--crank-interval", "inf"), "'inf' is not a number of seconds"),
+        (("pay", "http://127.0.0.1:1/v1/data", "--timeout", "0"), "give seconds above 0"),
+        (("pay", "http://127.0.0.1:1/v1/data", "--timeout", "nan"), "not a number of seconds"),
+        (("mcp", "--timeout", "-3"), "give seconds above 0"),
+    ],
+)
+def test_seconds_that_mean_nothing_exit_2_with_one_line(
+    offline_cli: Cli, argv: tuple[str, ...], complaint: str
+) -> None:
+    """A negative interval or a timeout of 0, nan or inf was taken as given (and a crank
+    every -1 s, or an HTTP call that times out at once, followed)."""
+    result = offline_cli(*argv)
+    assert result.code == 2
+    assert complaint in result.err and f"argument {argv[-2]}" in result.err, result.err
+
+
 def test_durations_and_amounts_in_every_accepted_form(offline_cli: Cli) -> None:
     from svcpay.cli._common import amount_arg, format_duration, parse_duration
 

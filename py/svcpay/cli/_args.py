@@ -4,6 +4,7 @@ how amounts, durations and times are written back (`_common` re-exports them).""
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -151,6 +152,32 @@ def period_arg(text: str) -> int:
     if secs <= 0:
         raise argparse.ArgumentTypeError(f"the period must be longer than zero: {text!r}")
     return secs
+
+
+def seconds_arg(text: str) -> float:
+    """Seconds to wait: a finite number above 0 (a timeout)."""
+    value = _finite(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text}: give seconds above 0")
+    return value
+
+
+def interval_arg(text: str) -> float:
+    """Seconds between runs of something: 0 (off) or more."""
+    value = _finite(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text}: give seconds, 0 or more (0: off)")
+    return value
+
+
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds")
+    return value
 
 
 def format_duration(secs: int) -> str:

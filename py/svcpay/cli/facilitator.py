@@ -26,6 +26,7 @@ from svcpay.cli._common import (
     UsageError,
     command,
     emit,
+    interval_arg,
     run,
     subcommands,
     table,
@@ -130,8 +131,9 @@ def on_the_nodes_cluster(cfg: FacilitatorConfig) -> FacilitatorConfig:
     """`cfg` on the RPC node's cluster (docs/adr/0038): SVCPAY_NETWORK, when set, must name
     it (else a one-line refusal); unset, it becomes the node's. A node that cannot be read
     now leaves a set network unchecked (with a warning), and refuses an unset one."""
-    from svcpay.rpc import RpcSettings, connect
+    from svcpay.rpc import RpcSettings, connect, shown
     from svcpay.rpc.cluster import WrongCluster, canonical, cluster_of
+    from svcpay.rpc_errors import rpc_unreachable
 
     async def read() -> Cluster:
         rpc = connect(RpcSettings.parse(cfg.rpc_url, cfg.rpc_rate))
@@ -151,9 +153,12 @@ def on_the_nodes_cluster(cfg: FacilitatorConfig) -> FacilitatorConfig:
                 str(e).splitlines()[0] if str(e) else type(e).__name__, cfg.network,
             )  # fmt: skip
             return cfg
+        why = rpc_unreachable(e)
+        urls = ", ".join(shown(u) for u in RpcSettings.parse(cfg.rpc_url, cfg.rpc_rate).urls)
+        reason = f"cannot reach {urls} ({why})" if why else f"{type(e).__name__}: {e}"
         raise UsageError(
-            f"cannot tell which cluster the RPC node is on ({type(e).__name__}: {e}): "
-            "start it, check --url, or set SVCPAY_NETWORK"
+            f"cannot tell which cluster the RPC node is on, {reason}: start it, check --url, "
+            "or set SVCPAY_NETWORK"
         ) from None
     if cfg.network_from_node:
         return replace(cfg, network=cluster.network)
@@ -391,7 +396,7 @@ def _register_serve(sub: Subparsers) -> None:
     p.add_argument("--database", **DATABASE)  # type: ignore[arg-type]
     p.add_argument(
         "--crank-interval",
-        type=float,
+        type=interval_arg,
         metavar="SECS",
         help="seconds between billing runs (default $SVCPAY_CRANK_INTERVAL_SECS or 60; 0: off)",
     )

@@ -24,6 +24,7 @@ from svcpay.cli._common import (
     command,
     load_signer,
     run,
+    seconds_arg,
 )
 from svcpay.client import PROTOCOLS, PaymentAuth, PaymentError, SpendingPolicy
 from svcpay.protocol import mpp
@@ -356,5 +357,9 @@ def register(subparsers: Subparsers) -> None:
     )
     p.add_argument("--dry-run", action="store_true", help="quote 402 terms; pay nothing")
     p.add_argument(
-        "--timeout", type=float, default=60.0, metavar="SECS", help="HTTP timeout (default: 60)"
+        "--timeout",
+        type=seconds_arg,
+        default=60.0,
+        metavar="SECS",
+        help="HTTP timeout (default: 60)",
     )

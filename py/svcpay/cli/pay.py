@@ -37,6 +37,7 @@ from svcpay.cli._common import (
     load_signer,
     mint_decimals,
     run,
+    seconds_arg,
 )
 from svcpay.cli.pay_report import payment_of, report, with_cost, x402_payment
 from svcpay.cli.pay_request import Request, body_of, header_arg, headers_of, over_limit, unreachable
@@ -430,5 +431,9 @@ def register(subparsers: Subparsers) -> None:
         "then x402, then MPP charge)",
     )
     p.add_argument(
-        "--timeout", type=float, default=60.0, metavar="SECS", help="HTTP timeout (default: 60)"
+        "--timeout",
+        type=seconds_arg,
+        default=60.0,
+        metavar="SECS",
+        help="HTTP timeout (default: 60)",
     )

@@ -192,7 +192,7 @@ def _number(env: Mapping[str, str], name: str, default: float) -> float:
     try:
         value = float(raw)
     except ValueError as e:
-        raise ConfigError(f"{name} must be a number of seconds, not {raw!r}") from e
+        raise ConfigError(f"{name} must be a number, not {raw!r}") from e
     if value < 0:
         raise ConfigError(f"{name} must not be negative")
     return value

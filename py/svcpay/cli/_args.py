@@ -4,6 +4,7 @@ how amounts, durations and times are written back (`_common` re-exports them).""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import re
 from dataclasses import dataclass
@@ -171,13 +172,10 @@ def interval_arg(text: str) -> float:
 
 
 def _finite(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds")
-    return value
+    with contextlib.suppress(ValueError):
+        if math.isfinite(value := float(text)):
+            return value
+    raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds")
 
 
 def format_duration(secs: int) -> str:

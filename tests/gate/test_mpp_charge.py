@@ -38,11 +38,14 @@ from svcpay.protocol import mpp
 from svcpay.protocol.errors import NoAcceptableOption, OriginNotAllowed, SpendingLimitExceeded
 from svcpay.protocol.memo import Memos
 from svcpay.protocol.replay import MemoryReplayStore
+from svcpay.rpc import connect
+from svcpay.schemes.mpp_charge import client as charge_client
 from svcpay.schemes.mpp_charge.facilitator_client import ChargeFacilitatorClient
 from svcpay.schemes.payment_auth import accepted
 from tests.facilitator.test_x402 import Market, open_market
 from tests.support.billing import USDC
 from tests.support.chain import Chain
+from tests.support.processes import Processes
 from tests.support.x402_tx import MEMO_PROGRAM
 
 pytestmark = pytest.mark.anyio
@@ -413,3 +416,24 @@ async def test_an_idempotency_key_gets_the_first_paid_answer_again(shop: Shop) -
         "/v1/order", headers={"Authorization": other, "Idempotency-Key": "k" * 256}
     )
     assert too_long.status_code == 400
+
+
+async def test_a_charge_the_client_pushes_is_sent_again_until_it_lands(
+    shop: Shop, validator: Localnet, processes: Processes
+) -> None:
+    """A leader drops what a node accepted: the paying client's push is rebroadcast until it
+    lands (svcpay.rpc.landing), where one send and a wait for `confirmed` timed out."""
+    dropping = processes.lossy_rpc(validator.url, "--drop-sends", "0.5", "--seed", "7")
+    payer = shop.chain.funded_keypair()
+    shop.chain.token_account(payer.pubkey(), shop.market.mint, USDC)
+    offer = charge_client.read(push_of(await challenges(shop)))
+    rpc = connect(dropping)
+    try:
+        value = await charge_client.ChargeClient(payer, rpc).credential(offer)
+    finally:
+        await rpc.close()
+    reply = await pay(shop, value)
+    assert reply.status_code == 200, reply.text
+    assert shop.market.received() == PRICE
+    stats = httpx.get(f"{dropping}/stats").json()
+    assert stats["dropped"] >= 2 and stats["forwarded"] >= 1, stats  # seed 7: two drops first

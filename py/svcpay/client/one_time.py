@@ -250,7 +250,8 @@ class OneTimePayments(SpendingLimits):
         try:
             return await self.charges.credential(offer)
         except Exception as e:
-            if offer.pull:  # nothing was sent
+            # a pull sent nothing; a push that can never land paid nothing
+            if offer.pull or (isinstance(e, charge_client.PushFailed) and e.nothing_paid):
                 self._release(entry)
             raise PaymentError(f"cannot pay the server's MPP charge: {e}") from e
 

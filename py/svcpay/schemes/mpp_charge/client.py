@@ -3,7 +3,9 @@ pay, and build its credential. Pull (the server pays the fee, `feePayer: true`) 
 the transaction is `[SetComputeUnitLimit, SetComputeUnitPrice, TransferChecked, Memo
 (externalId)]`, fee payer the server's key, signed by the payer only; push (`feePayer:
 false`) sends that transaction itself, waits for `confirmed`, and hands over its signature.
-`currency` may be a mint or a symbol pay-kit servers send (USDC, PYUSD, USDT), resolved for
+A pushed transaction is landed as svcpay's own are (svcpay.rpc.landing: rebroadcast until
+confirmed or expired by block height), so a leader that drops it costs a second, not the
+payment. `currency` may be a mint or a symbol pay-kit servers send (USDC, PYUSD, USDT), resolved for
 the network as pay-kit resolves it (a local validator uses mainnet's mints). The charge's
 amount is what the recipient receives: for a Token-2022 mint with a transfer fee the
 transfer is of the gross that leaves it the amount after this epoch's fee, and a hooked
@@ -17,7 +19,6 @@ from typing import Any
 
 from solana.rpc.async_api import AsyncClient
 from solana.rpc.commitment import Confirmed, Finalized
-from solana.rpc.models import TxOpts
 from solders.compute_budget import set_compute_unit_limit, set_compute_unit_price
 from solders.hash import Hash
 from solders.instruction import AccountMeta, Instruction
@@ -34,16 +35,29 @@ from svcpay.protocol.mints import ChainMints, MintUnavailable
 from svcpay.protocol.programs import MEMO_PROGRAM, TOKEN_2022_PROGRAM, TOKEN_PROGRAM
 from svcpay.protocol.stablecoins import DEVNET, MAINNET, mint_of
 from svcpay.rpc.fees import PriorityFees, unit_price
+from svcpay.rpc.landing import Expired, Landed, Lander, Pending, Rejected, Unsent
 from svcpay.schemes.mpp_charge.wire import INTENT, METHOD
 from svcpay.schemes.x402_exact.svm import associated_token_address
 
 COMPUTE_UNIT_LIMIT = 50_000  # a transfer and a memo need about 10,000
 HOOK_COMPUTE_UNITS = 60_000  # added for a transfer-hook mint: Token-2022 calls the hook
 COMPUTE_UNIT_PRICE = 1  # micro-lamports: pay-kit's servers accept at most 10,000 when paying
+# A pushed charge's flight ends when it lands or its blockhash expires by block height (about
+# a minute on a real cluster); this bounds a node that stops answering.
+PUSH_WAIT_SECS = 90.0
 
 
 class CannotPay(Exception):
     """The challenge cannot be paid by this client; the message says why."""
+
+
+class PushFailed(Exception):
+    """A pushed charge did not land. `nothing_paid`: it never can (refused, expired, failed
+    on chain), so its amount may be spent again; else it may still land."""
+
+    def __init__(self, message: str, *, nothing_paid: bool) -> None:
+        super().__init__(message)
+        self.nothing_paid = nothing_paid
 
 
 @dataclass(frozen=True)
@@ -134,6 +148,8 @@ class ChargeClient:
     ) -> None:
         self.owner, self.rpc, self.fees = owner, rpc, fees
         self.mints = mints if mints is not None else ChainMints(rpc)
+        # blockhash -> its last valid block height, for those this client read itself
+        self.lifetimes: dict[str, int] = {}
 
     async def cost(self, offer: ChargeOffer) -> int:
         """What paying `offer` takes from the wallet: its amount, or for a transfer-fee
@@ -201,7 +217,9 @@ class ChargeClient:
         elif offer.recent_blockhash:
             blockhash = Hash.from_string(offer.recent_blockhash)
         else:
-            blockhash = (await self.rpc.get_latest_blockhash(Confirmed)).value.blockhash
+            latest = (await self.rpc.get_latest_blockhash(Confirmed)).value
+            blockhash = latest.blockhash
+            self.lifetimes[str(blockhash)] = latest.last_valid_block_height
         msg = MessageV0.try_compile(fee_payer, ixs, [], blockhash)
         own = self.owner.sign_message(to_bytes_versioned(msg))
         sigs = [Signature.default(), own] if offer.fee_payer else [own]
@@ -214,8 +232,36 @@ class ChargeClient:
         if offer.pull:
             payload = {"type": "transaction", "transaction": base64.b64encode(bytes(tx)).decode()}
         else:
-            opts = TxOpts(preflight_commitment=Confirmed)
-            sig = (await self.rpc.send_raw_transaction(bytes(tx), opts=opts)).value
-            await self.rpc.confirm_transaction(sig, Confirmed, sleep_seconds=0.2)
-            payload = {"type": "signature", "signature": str(sig)}
+            payload = {"type": "signature", "signature": await self.push(tx)}
         return mpp.Credential(offer.challenge, payload).header()
+
+    async def push(self, tx: VersionedTransaction) -> str:
+        """Sends `tx` and rebroadcasts it until it lands; its signature, or PushFailed."""
+        valid_until = self.lifetimes.pop(str(tx.message.recent_blockhash), None)
+        lander = Lander(self.rpc)
+        try:
+            outcome = await lander.land(
+                tx, wait_secs=PUSH_WAIT_SECS, last_valid_block_height=valid_until
+            )
+        finally:
+            await lander.aclose()
+        if isinstance(outcome, Landed) and outcome.err is None:
+            return outcome.signature
+        if isinstance(outcome, Landed):
+            raise PushFailed(f"the charge failed on chain: {outcome.err}", nothing_paid=True)
+        if isinstance(outcome, Rejected):
+            raise PushFailed(f"the charge was refused: {outcome.message}", nothing_paid=True)
+        if isinstance(outcome, Unsent):
+            raise PushFailed(f"the charge could not be sent: {outcome.reason}", nothing_paid=True)
+        if isinstance(outcome, Expired):
+            raise PushFailed(
+                "the charge expired before it landed (its blockhash's last valid block "
+                "height passed)",
+                nothing_paid=True,
+            )
+        assert isinstance(outcome, Pending)
+        raise PushFailed(
+            f"the charge {outcome.signature} was sent but not confirmed in "
+            f"{PUSH_WAIT_SECS:.0f} s: it may still land",
+            nothing_paid=False,
+        )

@@ -33,23 +33,39 @@ class Outcome:
     stderr: str
     left: list[dict[str, Any]]
     seconds: float
+    lines_at: list[float]  # when each line of stdout came, from the handler's
 
 
-def signalled(after: float, out: Path, sig: str = "SIGINT") -> Outcome:
-    """The demo, sent `sig` `after` seconds in, counted from when its handler is in place
+@dataclass(frozen=True)
+class Moment:
+    """A point of the demo's progress: `after` seconds past its `line`th line of output (a
+    point of the work, not of the clock: CI's load changes how long each step takes)."""
+
+    line: int
+    after: float
+
+    @classmethod
+    def of(cls, seconds: float, lines_at: list[float]) -> Moment:
+        line = sum(1 for t in lines_at if t <= seconds)
+        return cls(line, seconds - (lines_at[line - 1] if line else 0.0))
+
+
+def signalled(at: Moment, out: Path, sig: str = "SIGINT") -> Outcome:
+    """The demo, sent `sig` at `at`, counted from when its handler is in place
     (tests/support/interrupt.py): before that, about 0.1 s, runs the interpreter's own start
     and `import svcpay.demo`, where Python itself raises KeyboardInterrupt."""
     began = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "tests.support.interrupt", "--after", str(after),
-         "--signal", sig, "--from-handler", "--", *DEMO, "--out", str(out)],
-        capture_output=True, text=True, timeout=after + 240,
+        [sys.executable, "-m", "tests.support.interrupt", "--after", str(at.after),
+         "--after-line", str(at.line), "--signal", sig, "--from-handler", "--", *DEMO,
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=at.after + 600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     return Outcome(
         report["code"], report["sent"], report["stdout"], report["stderr"], report["left"],
-        time.monotonic() - began,
+        time.monotonic() - began, report["lines_at"],
     )  # fmt: skip
 
 
@@ -58,20 +74,21 @@ def test_a_signal_at_any_moment_of_the_demo_stops_it_cleanly(tmp_path: Path) -> 
     print(f"SVCPAY_SIGNAL_SEED={seed}")
     rng = random.Random(seed)
 
-    whole = signalled(900, tmp_path / "whole")  # a run to the end: how long one takes
+    whole = signalled(Moment(0, 900), tmp_path / "whole")  # a run to the end, line by line
     assert whole.code == 0 and not whole.sent, whole.stderr
     assert not whole.left, whole.left
-    length = whole.seconds
-    # Over the whole run, to its last 5 % (the cleanup), each moment a separate demo.
-    moments = sorted(rng.uniform(0, 0.95 * length) for _ in range(RUNS))
+    length = whole.lines_at[-1]
+    # Over the whole run, to its last 5 % (the cleanup), each moment a separate demo, as a
+    # point of its progress: the line before it, then the same seconds after that line.
+    moments = [Moment.of(rng.uniform(0, 0.95 * length), whole.lines_at) for _ in range(RUNS)]
     # Two demos at a time: the suite's minutes (each is mostly waiting), and more load.
     with ThreadPoolExecutor(max_workers=2) as pool:
         outcomes = list(pool.map(signalled, moments, [tmp_path / str(i) for i in range(RUNS)]))
         # A demo that ended before its moment tested nothing: the machine got faster than
-        # during the first run (CI's other stages ended). Its own length rescales the same
-        # point of the run, and it runs once more.
+        # during the first run (CI's other stages ended) in the last steps. The same line,
+        # half as long after it, runs once more.
         missed = [i for i, got in enumerate(outcomes) if not got.sent]
-        scaled = [moments[i] * outcomes[i].seconds / length for i in missed]
+        scaled = [Moment(moments[i].line, moments[i].after / 2) for i in missed]
         again = pool.map(signalled, scaled, [tmp_path / f"{i}-again" for i in missed])
         for i, moment, got in zip(missed, scaled, again, strict=True):
             moments[i], outcomes[i] = moment, got
@@ -82,7 +99,10 @@ def test_a_signal_at_any_moment_of_the_demo_stops_it_cleanly(tmp_path: Path) -> 
             continue  # it ended before the moment (a faster run): nothing was tested
         tried += 1
         steps = [line for line in got.stdout.splitlines() if line.startswith("── ")]
-        where = f"SIGINT at {moment:.1f} s of {length:.0f} (after {steps[-1:] or 'start'})"
+        where = (
+            f"SIGINT {moment.after:.1f} s after line {moment.line} of {len(whole.lines_at)} "
+            f"(after {steps[-1:] or 'start'})"
+        )
         finished = "all stopped; temporary files removed" in got.stdout
         if got.code != 130 and not (got.code == 0 and finished):
             failures.append(f"{where}: exit {got.code}\n{got.stderr[-2000:]}")
@@ -98,7 +118,7 @@ def test_a_signal_at_any_moment_of_the_demo_stops_it_cleanly(tmp_path: Path) -> 
 
 def test_sigterm_mid_demo_stops_every_process(tmp_path: Path) -> None:
     """As a supervisor stops it: the same as Ctrl-C, named in the last line."""
-    got = signalled(8, tmp_path, "SIGTERM")
+    got = signalled(Moment(0, 8), tmp_path, "SIGTERM")
     assert got.sent and got.code == 130, got.stderr
     assert "demo interrupted (SIGTERM)" in got.stderr
     assert "Traceback" not in got.stderr and not got.left

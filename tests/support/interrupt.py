@@ -1,13 +1,15 @@
 """Runs a command, sends it one signal after a delay, and reports what it left behind.
 
     python -m tests.support.interrupt --after SECONDS [--signal SIGINT] [--from-handler]
-        -- COMMAND...
+        [--after-line N] -- COMMAND...
 
 This process makes itself a child subreaper (Linux's PR_SET_CHILD_SUBREAPER), so whatever
 the command starts and does not stop (a validator, a facilitator in a session of its own)
 becomes this process's child once the command exits, where it is counted and then killed.
 Prints one JSON object: the exit code, whether the signal was sent before the command ended,
-its stdout and stderr, and the leftover processes.
+its stdout and stderr, when each line of its stdout came (seconds from the start, or from
+its handler with --from-handler), and the leftover processes. `--after-line N` counts
+--after from its Nth line of stdout: a point of its progress, whatever the machine's load.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import IO
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -84,6 +87,9 @@ def main() -> int:
         action="store_true",
         help="count --after from when the command catches SIGTERM (its handler is in place)",
     )
+    parser.add_argument(
+        "--after-line", type=int, default=0, help="count --after from the Nth line of stdout"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -92,23 +98,43 @@ def main() -> int:
         print(json.dumps({"error": "prctl failed"}))
         return 2
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    output: dict[str, str] = {}
-    reader = threading.Thread(
-        target=lambda: output.update(zip(("out", "err"), proc.communicate(), strict=True))
+    assert proc.stdout is not None and proc.stderr is not None
+    began = time.monotonic()
+    lines: list[tuple[float, str]] = []  # (when, line) of stdout
+    reached = threading.Event()
+
+    def read_out(stream: IO[str]) -> None:
+        for line in stream:
+            lines.append((time.monotonic(), line))
+            if len(lines) >= args.after_line:
+                reached.set()
+        reached.set()  # ended: nothing more to wait for
+
+    errors: list[str] = []
+    reader = threading.Thread(target=read_out, args=(proc.stdout,))
+    err_reader = threading.Thread(
+        target=lambda stream: errors.append(stream.read()), args=(proc.stderr,)
     )
     reader.start()
+    err_reader.start()
     if args.from_handler:
         handled_since(proc, time.monotonic() + 60)
+        began = time.monotonic()
+    if args.after_line:
+        reached.wait()
     reader.join(timeout=args.after)
     sent = reader.is_alive()  # else it ended first
+    stuck = ""
     if sent:
         proc.send_signal(getattr(signal, args.signal))
         reader.join(timeout=args.timeout)
         if reader.is_alive():
             proc.kill()
             reader.join()
-            output["err"] += f"\n[interrupt: still running {args.timeout:.0f} s after the signal]"
-    out, err = output["out"], output["err"]
+            stuck = f"\n[interrupt: still running {args.timeout:.0f} s after the signal]"
+    err_reader.join()
+    code = proc.wait()  # before reap() below, which would take its exit status
+    out, err = "".join(line for _, line in lines), "".join(errors) + stuck
     time.sleep(0.2)  # orphans are reparented here as the command's exit is processed
     reap()
     left = children(os.getpid())
@@ -118,7 +144,14 @@ def main() -> int:
     reap()
     print(
         json.dumps(
-            {"code": proc.returncode, "sent": sent, "stdout": out, "stderr": err, "left": left}
+            {
+                "code": code,
+                "sent": sent,
+                "stdout": out,
+                "stderr": err,
+                "left": left,
+                "lines_at": [round(when - began, 3) for when, _ in lines],
+            }
         )
     )
     return 0

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from pathlib import Path
 
 import pytest
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from svcpay.facilitator.crank import _size, pack, run_once
+from svcpay.facilitator.crank import EXPIRED_RETRY_SECS, _size, pack, run_once
+from svcpay.facilitator.store import Store
 from svcpay.localnet.process import Localnet
 from svcpay.program.client import BillingClient, status_name
+from svcpay.program.receipts import Receipt, TransactionError
 from tests.support.billing import DAY, USDC
 from tests.support.chain import Chain
 from tests.support.clock import Clock
@@ -103,3 +107,37 @@ async def test_racing_cranks_charge_each_subscription_once(
     for key in subs:
         sub = await client.fetch_subscription(key)
         assert sub is not None and sub.cycles_billed == 2 and sub.total_paid == 2 * USDC
+
+
+@pytest.mark.parametrize("expired", [True, False], ids=["expired unlanded", "failed"])
+async def test_a_renewal_that_expired_unlanded_is_tried_again_within_seconds(
+    chain: Chain, clock: Clock, client: BillingClient, tmp_path: Path, expired: bool
+) -> None:
+    """Nothing happened on chain when a renewal's blockhash expired before it landed (copies
+    dropped, or a lagging node's stale blockhash): it is signed again within seconds, where a
+    transaction that failed waits the 60 s penalty (the bench saw renewals 78-85 s late)."""
+    period = clock.days(5)
+    plan, facilitator, subs = await subscribers(chain, client, period, n=2)
+    later = clock.advance(period)
+
+    async def send(*args: object, **kwargs: object) -> Receipt:
+        raise TransactionError("transaction X expired before it landed", expired=expired)
+
+    store = Store.open(f"sqlite:///{tmp_path / 'f.db'}")
+    try:
+        real, client.send = client.send, send  # type: ignore[method-assign]
+        try:
+            summary = await run_once(client, facilitator, plan, now=later, store=store)
+        finally:
+            client.send = real  # type: ignore[method-assign]
+        leases = [await store.crank.lease(str(key)) for key in subs]
+    finally:
+        await store.close()
+    assert summary.skipped == 2 and summary.renewed == 0
+    waits = [int(lease["next_attempt_at"]) - int(time.time()) for lease in leases if lease]
+    assert len(waits) == 2
+    if expired:
+        assert all(w <= EXPIRED_RETRY_SECS for w in waits), waits
+        assert summary.next_run_in is not None and summary.next_run_in <= EXPIRED_RETRY_SECS
+    else:
+        assert all(w >= 55 for w in waits), waits

@@ -99,6 +99,10 @@ DEFAULT_LEASE_SECS = FacilitatorConfig.crank_lease_secs
 # The soonest and latest the next pass is asked for (seconds from now), when the crank
 # knows when work comes next: a lease that lapses, a retry time, a period that ends.
 MIN_NEXT_RUN_SECS = 1.0
+# A renewal whose transaction expired unlanded is tried again this soon (doubling, at most
+# `retry_secs`): a bench through a lagging node's stale blockhashes saw renewals 78-85 s
+# late behind the 60 s penalty of a failed transaction.
+EXPIRED_RETRY_SECS = 5
 NEXT_RUN_MARGIN_SECS = 0.5
 
 
@@ -358,5 +362,12 @@ class _Pass:
                 self.events_at or int(time.time()),
             )
             await self.store.events.add_many([event])
-        if self.store is not None:
-            await self.backoff(key, str(error), self.retry_secs, 6 * 3600)
+        if self.store is None:
+            return
+        if isinstance(error, TransactionError) and error.expired:
+            # Nothing happened on chain (dropped copies, or a lagging node's stale
+            # blockhash): signed again soon, not after the penalty for a failed transaction.
+            await self.backoff(key, str(error), EXPIRED_RETRY_SECS, self.retry_secs)
+            self.summary.next_run_in = _sooner(self.summary.next_run_in, EXPIRED_RETRY_SECS)
+            return
+        await self.backoff(key, str(error), self.retry_secs, 6 * 3600)

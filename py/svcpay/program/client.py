@@ -176,7 +176,8 @@ class BillingClient:
         if isinstance(outcome, landing.Expired):
             raise TransactionError(
                 f"transaction {signature} expired before it landed (its blockhash's last "
-                "valid block height passed): sign it again"
+                "valid block height passed): sign it again",
+                expired=True,
             )
         if isinstance(outcome, Pending):
             raise TransactionError(f"transaction {signature} sent but not confirmed yet")

@@ -13,14 +13,21 @@ class TransactionError(RuntimeError):
     its instructions failed (in simulation or on chain), so sending it again cannot help;
     otherwise it may not have been sent or confirmed (an expired blockhash, a timeout).
     `failed_in`: the program where the failure began (svc_billing itself, a token
-    program, or a mint's transfer hook refusing the transfer)."""
+    program, or a mint's transfer hook refusing the transfer). `expired`: its blockhash
+    expired by block height before it landed, so nothing happened on chain and the same
+    intent may be signed again at once."""
 
     def __init__(
-        self, message: str, logs: list[str] | None = None, *, rejected: bool = False
+        self,
+        message: str,
+        logs: list[str] | None = None,
+        *,
+        rejected: bool = False,
+        expired: bool = False,
     ) -> None:
         super().__init__(message)
         self.logs = logs or []
-        self.rejected = rejected
+        self.rejected, self.expired = rejected, expired
         self.failed_in = failing_program(self.logs)
 
 

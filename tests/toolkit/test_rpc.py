@@ -17,8 +17,10 @@ from solders.system_program import TransferParams, transfer
 from svcpay.localnet.process import Localnet
 from svcpay.program.client import BillingClient
 from svcpay.rpc import RpcSettings, connect, transport_of
+from svcpay.rpc.blockhash import WAIT_SECS, StaleBlockhash, fresh_blockhash
 from svcpay.rpc_errors import rpc_unreachable
 from tests.support.chain import Chain
+from tests.support.clock import Clock
 from tests.support.processes import Processes
 
 pytestmark = pytest.mark.anyio
@@ -202,3 +204,46 @@ async def test_a_copy_stuck_behind_429s_does_not_make_the_flight_spin(
                 p.terminate()
                 p.wait(10)
     assert busy < 1.0, busy
+
+
+async def test_a_spent_blockhash_from_a_lagging_node_is_asked_again_not_signed_with(
+    validator: Localnet, chain: Chain, clock: Clock, processes: Processes
+) -> None:
+    """The node answers getLatestBlockhash with what it saw 5 s before (the first answer it
+    saw, until then). Its first answer is spent by block height by the time the renewal
+    signs: signed with it, the transaction could only expire on a cluster (a renewal late by
+    the whole rebroadcast). The drop-in, which keeps its last 150 blockhashes whatever the
+    slots a time travel skipped, would still take it: the test asks which was signed."""
+    lagging = processes.lossy_rpc(validator.url, "--lag-blockhash", "5")
+    payer = chain.funded_keypair()
+    billing = BillingClient.connect(lagging)
+    try:
+        spent = (await billing.rpc.get_latest_blockhash()).value
+        clock.advance(120)  # 300 slots of 400 ms on: that blockhash's 150 blocks are over
+        assert (await billing.rpc.get_block_height()).value > spent.last_valid_block_height
+        began = time.monotonic()
+        ix = transfer(
+            TransferParams(from_pubkey=payer.pubkey(), to_pubkey=Keypair().pubkey(), lamports=10**6)
+        )
+        tx = await billing.sign([ix], [payer])
+        waited = time.monotonic() - began
+        receipt = await billing.send_signed(tx)
+    finally:
+        await billing.close()
+    assert tx.message.recent_blockhash != spent.blockhash
+    assert 4 <= waited <= WAIT_SECS  # asked again until the lagging node had a fresh one
+    assert chain.rpc("getSignatureStatuses", [receipt.signature])["value"][0] is not None
+
+
+async def test_a_node_that_gives_only_spent_blockhashes_is_named_not_signed_with(
+    validator: Localnet, clock: Clock, processes: Processes
+) -> None:
+    lagging = processes.lossy_rpc(validator.url, "--lag-blockhash", "600")
+    rpc = connect(lagging)
+    try:
+        await rpc.get_latest_blockhash()
+        clock.advance(120)
+        with pytest.raises(StaleBlockhash, match=r"has 0 blocks left .* the node lags the clu"):
+            await fresh_blockhash(rpc, wait_secs=2)
+    finally:
+        await rpc.close()

@@ -9,7 +9,9 @@
 - `--throttle F`: a fraction F of all calls is answered HTTP 429 with `Retry-After: 1`.
 - `--latency LO-HI`: each call waits a uniform LO..HI seconds first.
 - `--lag-blockhash S`: `getLatestBlockhash` answers what the upstream answered S seconds ago
-  (a node behind a load balancer that lags the others).
+  (a node behind a load balancer that lags the others): the newest answer the proxy saw at
+  least S seconds before, or its oldest until it has one. Asked rarely (a crank every two
+  minutes), it hands out a blockhash older still, even spent: a node stuck behind the others.
 
 Prints `svcpay lossy-rpc ready URL` once it listens; `GET /stats` answers its counters
 as JSON. Starlette and uvicorn (the gate extra) serve it.

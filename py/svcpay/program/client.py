@@ -21,6 +21,7 @@ from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.message import MessageV0
 from solders.pubkey import Pubkey
+from solders.rpc.responses import RpcBlockhash
 from solders.signature import Signature
 from solders.transaction import VersionedTransaction
 from solders.transaction_status import TransactionConfirmationStatus
@@ -41,6 +42,7 @@ from svcpay.program.receipts import failing_program
 from svcpay.program.tokens import TokenRoutes
 from svcpay.protocol.programs import COMPUTE_BUDGET
 from svcpay.rpc import landing
+from svcpay.rpc.blockhash import StaleBlockhash, fresh_blockhash
 from svcpay.rpc.fees import BUDGET_BYTES, PriorityFees, budget, compute_limit, simulated_units
 from svcpay.rpc.landing import Lander, Pending, Rejected, Unsent
 
@@ -105,11 +107,10 @@ class BillingClient:
         client or another process (the CLI run twice) sent the first."""
         # The budget's reads and the blockhash at once: each is a round trip (more under
         # 429s), and a renewal pass waits for all of them before its first send.
-        ixs, answer = await asyncio.gather(
-            self.budgeted(ixs, signers[0].pubkey()), self.rpc.get_latest_blockhash(Confirmed)
+        ixs, latest = await asyncio.gather(
+            self.budgeted(ixs, signers[0].pubkey()), self._blockhash()
         )
         while True:
-            latest = answer.value
             msg = MessageV0.try_compile(signers[0].pubkey(), ixs, [], latest.blockhash)
             tx = VersionedTransaction(msg, signers)
             if bytes(msg) not in self._sent and not await self._known(tx.signatures[0]):
@@ -120,7 +121,15 @@ class BillingClient:
                 self._valid_until[str(tx.signatures[0])] = latest.last_valid_block_height
                 return tx
             await asyncio.sleep(0.1)
-            answer = await self.rpc.get_latest_blockhash(Confirmed)
+            latest = await self._blockhash()
+
+    async def _blockhash(self) -> RpcBlockhash:
+        """A blockhash that can still land a transaction (svcpay.rpc.blockhash); a node that
+        gives only spent ones raises TransactionError(expired=True): nothing was sent."""
+        try:
+            return await fresh_blockhash(self.rpc, Confirmed)
+        except StaleBlockhash as e:
+            raise TransactionError(str(e), expired=True) from None
 
     async def _known(self, signature: Signature) -> bool:
         """Whether the cluster already holds `signature`: the same intent sent before under

@@ -28,12 +28,14 @@ from solders.instruction import AccountMeta, Instruction
 from solders.keypair import Keypair
 from solders.message import MessageV0
 from solders.pubkey import Pubkey
+from solders.rpc.responses import RpcBlockhash
 from solders.signature import Signature
 from solders.system_program import ID as SYSTEM_PROGRAM
 from solders.system_program import CreateAccountParams, create_account
 from solders.sysvar import CLOCK, RENT
 from solders.transaction import VersionedTransaction
 
+from svcpay.rpc.blockhash import StaleBlockhash, fresh_blockhash
 from svcpay.rpc.landing import Expired, Landed, Lander, Outcome, Pending, Rejected, Unsent
 
 LOADER = Pubkey.from_string("BPFLoaderUpgradeab1e11111111111111111111111")
@@ -191,9 +193,18 @@ async def _signed(
 ) -> tuple[VersionedTransaction, int]:
     """A transaction of `ixs` on the latest blockhash, and that blockhash's last valid block
     height."""
-    latest = (await rpc.get_latest_blockhash(Confirmed)).value
+    latest = await _blockhash(rpc)
     msg = MessageV0.try_compile(payer.pubkey(), list(ixs), [], latest.blockhash)
     return VersionedTransaction(msg, _signers(payer, *others)), latest.last_valid_block_height
+
+
+async def _blockhash(rpc: AsyncClient) -> RpcBlockhash:
+    """A blockhash with life left (svcpay.rpc.blockhash): a lagging node's spent one would
+    cost a whole round of writes that can only expire."""
+    try:
+        return await fresh_blockhash(rpc, Confirmed)
+    except StaleBlockhash as e:
+        raise DeployError(str(e)) from None
 
 
 def _refused(outcome: Outcome) -> str | None:
@@ -285,7 +296,7 @@ async def write_buffer(
         for start in range(0, len(missing), IN_FLIGHT):
             # Each batch on a blockhash of its own: a round can outlive one (151 blocks: a
             # minute on a real cluster, 15 s on a test validator's 100 ms slots).
-            latest = (await rpc.get_latest_blockhash(Confirmed)).value
+            latest = await _blockhash(rpc)
             flights = []
             for offset in missing[start : start + IN_FLIGHT]:
                 ix = write(buffer.pubkey(), authority.pubkey(), offset, elf[offset : offset + step])

@@ -9,9 +9,9 @@
 - `--throttle F`: a fraction F of all calls is answered HTTP 429 with `Retry-After: 1`.
 - `--latency LO-HI`: each call waits a uniform LO..HI seconds first.
 - `--lag-blockhash S`: `getLatestBlockhash` answers what the upstream answered S seconds ago
-  (a node behind a load balancer that lags the others): the newest answer the proxy saw at
-  least S seconds before, or its oldest until it has one. Asked rarely (a crank every two
-  minutes), it hands out a blockhash older still, even spent: a node stuck behind the others.
+  (a node behind a load balancer that lags the others): the proxy reads the upstream's twice
+  a second from the first request on, so a caller who asks once in two minutes gets a
+  blockhash S seconds old too.
 
 Prints `svcpay lossy-rpc ready URL` once it listens; `GET /stats` answers its counters
 as JSON. Starlette and uvicorn (the gate extra) serve it.
@@ -36,6 +36,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+SAMPLE_SECS = 0.5  # how often a lagging proxy reads the upstream's latest blockhash
 
 
 @dataclass
@@ -100,9 +102,9 @@ class LossyRpc:
         self.upstream, self.faults = upstream, faults
         self.random = random.Random(faults.seed)
         self.stats = Stats()
-        self.blockhashes: collections.deque[tuple[float, dict[str, Any]]] = collections.deque(
-            maxlen=4096
-        )
+        # Per kind of getLatestBlockhash request, what the upstream answered when.
+        self.blockhashes: dict[str, collections.deque[tuple[float, dict[str, Any]]]] = {}
+        self.samplers: list[asyncio.Task[None]] = []
         self.http = httpx.AsyncClient(timeout=30)
         self.app = Starlette(
             routes=[
@@ -157,26 +159,52 @@ class LossyRpc:
         return Response(reply.content, reply.status_code, media_type="application/json")
 
     async def _lagging_blockhash(self, raw: bytes, body: dict[str, Any]) -> Response:
-        """What the upstream answered `lag_blockhash` seconds ago (the oldest it has, at
-        first): the blockhash a lagging node hands out."""
-        reply = await self._forward(raw)
+        """What the upstream answered `lag_blockhash` seconds ago: a node that far behind.
+        From the first request of a kind (its params: a commitment) on, the proxy asks the
+        upstream that twice a second, and answers the newest answer at least
+        `lag_blockhash` old (the oldest, in the first seconds)."""
+        key = json.dumps(body.get("params"), sort_keys=True)
+        history = self.blockhashes.get(key)
+        if history is None:
+            reply = await self._forward(raw)
+            result = _result(bytes(reply.body))
+            if result is None:
+                return reply
+            history = collections.deque([(time.monotonic(), result)], maxlen=8192)
+            self.blockhashes[key] = history
+            self.samplers.append(asyncio.create_task(self._sample(raw, history)))
         now = time.monotonic()
-        try:
-            fresh = json.loads(bytes(reply.body))
-        except ValueError:
-            return reply
-        if "result" not in fresh:
-            return reply
-        self.blockhashes.append((now, fresh["result"]))
-        chosen = fresh["result"]
-        for at, result in self.blockhashes:
-            if at <= now - self.faults.lag_blockhash:
-                chosen = result
-            else:
+        chosen = history[0][1]
+        for at, result in history:
+            if at > now - self.faults.lag_blockhash:
                 break
-        if chosen is fresh["result"] and self.blockhashes:
-            chosen = self.blockhashes[0][1]
+            chosen = result
         return JSONResponse({"jsonrpc": "2.0", "result": chosen, "id": body.get("id")})
+
+    async def _sample(
+        self, raw: bytes, history: collections.deque[tuple[float, dict[str, Any]]]
+    ) -> None:
+        while True:
+            await asyncio.sleep(SAMPLE_SECS)
+            try:
+                reply = await self.http.post(
+                    self.upstream, content=raw, headers={"Content-Type": "application/json"}
+                )
+            except httpx.HTTPError:
+                continue
+            result = _result(reply.content)
+            if result is not None:
+                history.append((time.monotonic(), result))
+
+
+def _result(raw: bytes) -> dict[str, Any] | None:
+    """A JSON-RPC answer's `result`, if it has one."""
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        return None
+    result = answer.get("result") if isinstance(answer, dict) else None
+    return result if isinstance(result, dict) else None
 
 
 def parse_latency(text: str) -> tuple[float, float]:

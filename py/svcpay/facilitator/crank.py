@@ -238,9 +238,8 @@ async def run_once(
             try:
                 if now is None:  # the chain's clock, read again as the pass goes on
                     follow = _FollowUp(client, store, instance, lease, leases, summary, work)
-                    await follow.run(
-                        [(k, s) for k, s in known if k not in dict(due)], running, clock
-                    )
+                    taken = {k for k, _ in due}
+                    await follow.run([(k, s) for k, s in known if k not in taken], running, clock)
             except BaseException:
                 running.cancel()
                 await asyncio.gather(running, return_exceptions=True)

@@ -278,25 +278,37 @@ class _FollowUp:
         self, waiting: list[tuple[Pubkey, Subscription]], running: asyncio.Task[None], now: int
     ) -> None:
         """Starts each of `waiting` once the chain's clock (`now` at first) says it is due,
-        until `running` ends; then waits for what it started."""
+        until `running` ends, and those due by then; then waits for what it started."""
         waiting = [(k, s) for k, s in waiting if status_name(s) == "Active"]
         try:
             while waiting and not running.done():
                 wake = min(s.current_period_end for _, s in waiting)
                 if wake > now:
+                    # `now` is as old as the last read: the wait may end after `running`,
+                    # which the check below the loop makes up for.
                     await asyncio.wait({running}, timeout=wake - now + NEXT_RUN_MARGIN_SECS)
                     if not running.done():
                         now = await self.client.chain_time()
                     continue
-                ready = [(k, s) for k, s in waiting if s.current_period_end <= now]
-                waiting = [(k, s) for k, s in waiting if s.current_period_end > now]
-                await self.start(ready, now)
+                waiting = await self.start_due(waiting, now)
+            if waiting and not running.cancelled() and running.exception() is None:
+                # The pass ended: what fell due meanwhile starts now, not a pass later.
+                await self.start_due(waiting, await self.client.chain_time())
             await asyncio.gather(*self.started)
         except BaseException:
             for task in self.started:
                 task.cancel()
             await asyncio.gather(*self.started, return_exceptions=True)
             raise
+
+    async def start_due(
+        self, waiting: list[tuple[Pubkey, Subscription]], now: int
+    ) -> list[tuple[Pubkey, Subscription]]:
+        """Starts those of `waiting` due at `now`; returns the rest."""
+        ready = [(k, s) for k, s in waiting if s.current_period_end <= now]
+        if ready:
+            await self.start(ready, now)
+        return [(k, s) for k, s in waiting if s.current_period_end > now]
 
     async def start(self, ready: list[tuple[Pubkey, Subscription]], now: int) -> None:
         keys = [str(k) for k, _ in ready]

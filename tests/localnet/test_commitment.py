@@ -12,6 +12,7 @@ solana-test-validator cannot travel in time, so these run on the drop-in only.
 from __future__ import annotations
 
 import base64
+import contextlib
 from typing import Any
 
 import pytest
@@ -180,6 +181,39 @@ def test_slots_and_blockhashes_lag_at_finalized(drop_in: Chain) -> None:
     confirmed = chain.rpc("getBalance", str(chain.payer.pubkey()), CONFIRMED)["context"]["slot"]
     finalized = chain.rpc("getBalance", str(chain.payer.pubkey()))["context"]["slot"]
     assert finalized <= confirmed - FINALITY_SLOTS
+
+
+def test_a_blockhash_is_spent_by_height_however_few_blocks_came_since(drop_in: Chain) -> None:
+    """A jump of more than 150 slots (time travel; a cluster's 60 s) spends every blockhash
+    from before it, as lastValidBlockHeight says: clients decide expiry by height, so a node
+    that still took such a transaction would land a payment they had signed again."""
+    chain = drop_in
+    old = chain.rpc("getLatestBlockhash", CONFIRMED)["value"]
+    payer = chain.funded_keypair(10**9)
+    ix = transfer(
+        TransferParams(from_pubkey=payer.pubkey(), to_pubkey=Pubkey.new_unique(), lamports=10**6)
+    )
+    message = MessageV0.try_compile(payer.pubkey(), [ix], [], Hash.from_string(old["blockhash"]))
+    wire = base64.b64encode(bytes(VersionedTransaction(message, [payer]))).decode()
+    config = {"encoding": "base64", "preflightCommitment": "confirmed"}
+
+    chain.rpc("surfnet_timeTravel", {"absoluteSlot": old["lastValidBlockHeight"]})
+    assert chain.rpc("getBlockHeight", CONFIRMED) <= old["lastValidBlockHeight"]
+    assert chain.rpc("isBlockhashValid", old["blockhash"], CONFIRMED)["value"] is True
+    chain.rpc("surfnet_timeTravel", {"absoluteSlot": old["lastValidBlockHeight"] + 1})
+    assert chain.rpc("getBlockHeight", CONFIRMED) > old["lastValidBlockHeight"]
+    assert chain.rpc("isBlockhashValid", old["blockhash"], CONFIRMED)["value"] is False
+    with pytest.raises(RpcError) as spent:
+        chain.rpc("sendTransaction", wire, config)
+    assert spent.value.data["err"] == "BlockhashNotFound"
+    with contextlib.suppress(RpcError):  # a cluster's RPC may take it; no leader lands it
+        chain.rpc("sendTransaction", wire, {**config, "skipPreflight": True})
+    assert balance(chain, payer.pubkey(), CONFIRMED) == 10**9
+
+    finalize_all(chain)  # another jump: a finalized read still gets a live blockhash
+    final = chain.rpc("getLatestBlockhash")["value"]
+    assert final["lastValidBlockHeight"] >= chain.rpc("getBlockHeight", CONFIRMED)
+    assert chain.rpc("isBlockhashValid", final["blockhash"])["value"] is True
 
 
 def test_commitment_is_parsed_as_the_rpc_parses_it(drop_in: Chain) -> None:

@@ -137,7 +137,11 @@ class Node:
     def _set_clock(self, slot: int, unix_timestamp: int) -> None:
         self._clock_at = (slot, unix_timestamp)
         if slot > self.slot and self.recent:
-            self._new_block(slot)  # one blockhash per slot, as on a cluster
+            # One blockhash per slot, as on a cluster. After a jump (time travel, or no call
+            # for a while) the last FINALITY_SLOTS + 1 are enough: a `finalized` read still
+            # finds a block of its slot, and older ones would be spent anyway.
+            for new in range(max(self.slot + 1, slot - FINALITY_SLOTS), slot + 1):
+                self._new_block(new)
         self.slot = slot
         epoch = slot // SLOTS_PER_EPOCH
         old = self.svm.get_clock()
@@ -240,9 +244,10 @@ class Node:
         return oldest, self.recent[oldest]
 
     def blockhash_is_valid(self, blockhash: str, commitment: str) -> bool:
-        """isBlockhashValid: recent, and known to the bank `commitment` reads."""
-        slot = self.recent.get(blockhash)
-        return slot is not None and slot <= self.slot_at(commitment)
+        """isBlockhashValid: known to the bank `commitment` reads, and that bank's height
+        (here its slot) not past the blockhash's lastValidBlockHeight."""
+        slot, at = self.recent.get(blockhash), self.slot_at(commitment)
+        return slot is not None and slot <= at <= slot + RECENT_BLOCKHASHES
 
     def _writable(self, message: Message | MessageV0 | MessageV1) -> list[Pubkey]:
         """The accounts `message` may write: writable by its header (a superset of what the
@@ -301,7 +306,11 @@ class Node:
         return blockhash
 
     def blockhash_is_recent(self, blockhash: str) -> bool:
-        return blockhash in self.recent
+        """Whether a transaction on `blockhash` may still land: by block height, as the
+        clients decide expiry (lastValidBlockHeight), never by how many blocks came since
+        (after time travel, one block stands for many slots)."""
+        slot = self.recent.get(blockhash)
+        return slot is not None and self.slot <= slot + RECENT_BLOCKHASHES
 
     def _new_block(self, slot: int) -> None:
         self.svm.expire_blockhash()

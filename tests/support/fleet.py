@@ -238,7 +238,9 @@ async def settle_all(
 
 
 async def until_paid(urls: list[str], body: dict[str, Any], patience: float = 60) -> httpx.Response:
-    """Posts `body` until it is settled (200), as the paying client does after a 503."""
+    """Posts `body` until it is settled (200), as the paying client does after a 503 or a
+    504 `SettlementPending` (sent, not yet confirmed: under load the first resend after an
+    outage can find the transaction still in flight; svcpay_proof/client.py)."""
     deadline = time.monotonic() + patience
     async with httpx.AsyncClient(timeout=60) as http:
         i = 0
@@ -246,7 +248,8 @@ async def until_paid(urls: list[str], body: dict[str, Any], patience: float = 60
             reply = await http.post(f"{urls[i % len(urls)]}/authorize", json=body)
             if reply.status_code == 200 or time.monotonic() > deadline:
                 return reply
-            assert reply.status_code == 503, reply.text
+            pending = reply.status_code == 504 and reply.json()["error"] == "SettlementPending"
+            assert reply.status_code == 503 or pending, reply.text
             i += 1
             await asyncio.sleep(0.5)
 

@@ -104,6 +104,9 @@ MIN_NEXT_RUN_SECS = 1.0
 # late behind the 60 s penalty of a failed transaction.
 EXPIRED_RETRY_SECS = 5
 NEXT_RUN_MARGIN_SECS = 0.5
+# The chain's clock counts whole seconds and `now` was read a little before the follow-up
+# began: what may have fallen due when a pass ends is judged this generously.
+FOLLOW_UP_SLACK_SECS = 3.0
 
 
 def is_due(sub: Subscription, now: int) -> bool:
@@ -280,6 +283,7 @@ class _FollowUp:
         """Starts each of `waiting` once the chain's clock (`now` at first) says it is due,
         until `running` ends, and those due by then; then waits for what it started."""
         waiting = [(k, s) for k, s in waiting if status_name(s) == "Active"]
+        read_at = time.monotonic()  # about when `now` was read (a little after)
         try:
             while waiting and not running.done():
                 wake = min(s.current_period_end for _, s in waiting)
@@ -288,11 +292,15 @@ class _FollowUp:
                     # which the check below the loop makes up for.
                     await asyncio.wait({running}, timeout=wake - now + NEXT_RUN_MARGIN_SECS)
                     if not running.done():
-                        now = await self.client.chain_time()
+                        now, read_at = await self.client.chain_time(), time.monotonic()
                     continue
                 waiting = await self.start_due(waiting, now)
-            if waiting and not running.cancelled() and running.exception() is None:
-                # The pass ended: what fell due meanwhile starts now, not a pass later.
+            # The pass ended: what fell due meanwhile starts now, not a pass later. The clock
+            # is read again only if something may be due by now (one RPC call a pass).
+            may_be_due = waiting and min(s.current_period_end for _, s in waiting) <= (
+                now + time.monotonic() - read_at + FOLLOW_UP_SLACK_SECS
+            )
+            if may_be_due and not running.cancelled() and running.exception() is None:
                 await self.start_due(waiting, await self.client.chain_time())
             await asyncio.gather(*self.started)
         except BaseException:

@@ -35,7 +35,7 @@ class Processes:
         child = Child(name, argv, {**inherited, "PYTHONUNBUFFERED": "1", **(env or {})}, self.logs)
         self.children.append(child)
         try:
-            line = child.wait_ready(ready, timeout=90)
+            line = child.wait_ready(ready)
         except DemoFailed as e:
             pytest.fail(f"{e}:\n{child.stderr_tail(40)}")
         return next(word for word in line.split() if word.startswith("http://"))

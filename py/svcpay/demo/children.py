@@ -1,5 +1,11 @@
 """The demo's child processes: started in their own process group with their output in
-files, waited on until they print their ready line, and stopped (SIGTERM, then SIGKILL)."""
+files, waited on until they print their ready line, and stopped (SIGTERM, then SIGKILL).
+
+A wait on a child has no fixed budget, which a loaded machine overruns (issue 36: a CLI step
+that takes 5 s idle took over 60 s beside a busy core and a test suite). It fails when the
+child exits, or stops making progress: no CPU time used for `STALL_SECS` (`Watch`, from
+/proc; where there is no /proc, the wall time since the wait began), and in any case after
+`MAX_WAIT_SECS`."""
 
 from __future__ import annotations
 
@@ -13,6 +19,9 @@ from pathlib import Path
 from svcpay import stopping
 
 STOP_TIMEOUT = 15.0  # seconds a child gets to shut down gracefully before SIGKILL
+STALL_SECS = 60.0  # a child that used no CPU for this long while waited on is stuck
+MAX_WAIT_SECS = 900.0  # the backstop: a child busy this long on one step is stuck too
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class DemoFailed(RuntimeError):
@@ -29,6 +38,39 @@ def _tail(path: Path, lines: int) -> str:
     except OSError:
         return ""
     return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """The user plus system CPU time process `pid` has used, or None where unknown (no
+    /proc, or the process is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold ")"
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class Watch:
+    """How long a waited-on process has made no progress: the seconds since its CPU time
+    last grew (since the wait began, where that time cannot be read)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.began = self.moved = time.monotonic()
+        self.cpu = cpu_seconds(pid)
+
+    def stalled(self) -> str | None:
+        """Why the wait should end (stalled, or past the backstop), or None to go on."""
+        now = time.monotonic()
+        cpu = cpu_seconds(self.pid)
+        if cpu is not None and cpu != self.cpu:
+            self.cpu, self.moved = cpu, now
+        if now - self.moved > STALL_SECS:
+            return f"made no progress for {STALL_SECS:.0f} s (no CPU time used)"
+        if now - self.began > MAX_WAIT_SECS:
+            return f"was still busy after {MAX_WAIT_SECS:.0f} s"
+        return None
 
 
 class Child:
@@ -53,10 +95,10 @@ class Child:
     def pid(self) -> int:
         return self.proc.pid
 
-    def wait_ready(self, prefix: str, timeout: float = 60.0) -> str:
+    def wait_ready(self, prefix: str) -> str:
         """The first stdout line that starts with `prefix`, once the child prints it."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        watch = Watch(self.pid)
+        while True:
             for line in self.stdout_path.read_text(errors="replace").splitlines():
                 if line.startswith(prefix):
                     return line
@@ -65,8 +107,9 @@ class Child:
                     f"the {self.name} exited with {self.proc.returncode} before it was ready",
                     self,
                 )
+            if why := watch.stalled():
+                raise DemoFailed(f"the {self.name} {why} before it was ready", self)
             stopping.sleep(0.05)
-        raise DemoFailed(f"the {self.name} was not ready within {timeout:.0f} s", self)
 
     def check_running(self) -> None:
         if self.proc.poll() is not None:
@@ -93,18 +136,18 @@ class Child:
         return self.proc.returncode
 
 
-def run_command(
-    what: str, argv: Sequence[str], env: Mapping[str, str], timeout: float = 60.0
-) -> str:
-    """Runs a short command to completion and returns its stdout; DemoFailed (with its
-    stderr) when it fails."""
+def run_command(what: str, argv: Sequence[str], env: Mapping[str, str], logs: Path) -> str:
+    """Runs a short command to completion (its output in files under `logs`) and returns its
+    stdout; DemoFailed (with its stderr) when it fails or stalls. A stop request ends it."""
+    child = Child(what, argv, env, logs)
     try:
-        done = subprocess.run(
-            list(argv), env=dict(env), capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired as e:
-        raise DemoFailed(f"{what} did not finish within {timeout:.0f} s") from e
-    if done.returncode != 0:
-        tail = "\n".join(done.stderr.rstrip().splitlines()[-25:])
-        raise DemoFailed(f"{what} exited with {done.returncode}:\n{tail}")
-    return done.stdout
+        watch = Watch(child.pid)
+        while child.proc.poll() is None:
+            if why := watch.stalled():
+                raise DemoFailed(f"{what} {why}", child)
+            stopping.sleep(0.05)
+    finally:
+        child.stop()
+    if child.proc.returncode != 0:
+        raise DemoFailed(f"{what} exited with {child.proc.returncode}", child)
+    return child.stdout_path.read_text(errors="replace")

@@ -9,6 +9,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 from solana.rpc.async_api import AsyncClient
@@ -17,7 +18,7 @@ from solders.pubkey import Pubkey
 
 from svcpay import stopping
 from svcpay.client import PaymentAuth
-from svcpay.demo.children import DemoFailed
+from svcpay.demo.children import Child, DemoFailed, Watch
 from svcpay.demo.output import expect, say, short, sol, usdc, when, wire
 from svcpay.demo.receiver import WebhookReceiver
 from svcpay.demo.services import Services
@@ -26,6 +27,29 @@ from svcpay.examples.resource_server import DATA_PRICE
 from svcpay.localnet.chain import Chain
 from svcpay.program.client import BillingClient, Receipt, status_name
 from svcpay.program.generated.accounts.subscription import Subscription
+
+T = TypeVar("T")
+PROGRESS_EVERY = 15.0  # seconds between the lines a long wait prints
+
+
+async def while_working(request: Awaitable[T], service: Child, what: str) -> T:
+    """`request`'s result, waited on for as long as `service` (the process doing the work)
+    runs and makes progress (`children.Watch`), not for a fixed time that a loaded machine
+    overruns; a line every PROGRESS_EVERY seconds says what it is waiting for."""
+    task = asyncio.ensure_future(request)
+    watch, shown = Watch(service.pid), time.monotonic()
+    try:
+        while not (await asyncio.wait({task}, timeout=0.25))[0]:
+            service.check_running()
+            if why := watch.stalled():
+                raise DemoFailed(f"{what}: the {service.name} {why}", service)
+            if time.monotonic() - shown >= PROGRESS_EVERY:
+                shown = time.monotonic()
+                waited = shown - watch.began
+                say(f"  still waiting for {what} ({waited:.0f} s; the {service.name} is busy)")
+        return task.result()
+    finally:
+        task.cancel()
 
 
 # -- what the steps share ---------------------------------------------------------------------

@@ -7,7 +7,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+import httpx
+
 from svcpay.amounts import format_amount
+from svcpay.demo.context import while_working
 from svcpay.demo.output import expect, say, step
 from svcpay.demo.world import DAY
 
@@ -78,7 +81,15 @@ async def analytics(w: Walkthrough) -> None:
                 f"{subs['churned']} churned; recurring revenue "
                 f"{w.plan_amount(int(report['recurringRevenue']['monthly']))} per 30 days"
             )
-    chart = await w.provider_api.get("/v1/analytics/chart.png", params=params)
+    # Drawn on request: matplotlib's first import and the drawing take seconds of the
+    # facilitator's CPU, many more on a loaded machine, so no fixed read timeout.
+    chart = await while_working(
+        w.provider_api.get(
+            "/v1/analytics/chart.png", params=params, timeout=httpx.Timeout(30, read=None)
+        ),
+        w.services.facilitator,
+        "the analytics chart",
+    )
     expect(
         chart.status_code == 200 and chart.content.startswith(b"\x89PNG\r\n\x1a\n"),
         f"GET /v1/analytics/chart.png: {chart.status_code}",

@@ -24,7 +24,11 @@ class Services:
     facilitator_url: str
     api_url: str
     api_key: str
-    children: tuple[Child, ...]
+    children: tuple[Child, ...]  # the facilitator, then the resource server
+
+    @property
+    def facilitator(self) -> Child:
+        return self.children[0]
 
 
 def child_env(extra: Mapping[str, str]) -> dict[str, str]:
@@ -65,7 +69,7 @@ def start_services(
         create[-1:] = ["--pay-to", str(world.plans_in.pay_to), "--json"]
     say(f"$ svcpay facilitator {' '.join(create[:3])} --plan … --plan … --pay-to … --json")
     created = json.loads(run_command("svcpay facilitator provider create", [*cli, *create],
-                                     facilitator_env))  # fmt: skip
+                                     facilitator_env, tmp))  # fmt: skip
     api_key = str(created["apiKey"])
     say(f"  provider {created['provider']}, API key {short(api_key, 12)} (database {database})")
 

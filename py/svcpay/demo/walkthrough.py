@@ -26,6 +26,8 @@ import traceback
 from contextlib import ExitStack
 from pathlib import Path
 
+import httpx
+
 from svcpay import stopping
 from svcpay.demo import agents, mpp, one_time, report, sessions, subscriptions
 from svcpay.demo import serve as serving
@@ -111,6 +113,16 @@ class Demo:
                 print(tail, file=sys.stderr)
 
 
+def _http_failure(e: httpx.HTTPError) -> str:
+    """What a request that failed below HTTP (no connection, no answer in time) was, and why."""
+    try:
+        where = f"{e.request.method} {e.request.url}"
+    except RuntimeError:  # an error raised before its request was built
+        where = "a request"
+    why = "no answer in time" if isinstance(e, httpx.TimeoutException) else str(e) or "no answer"
+    return f"{where} failed: {type(e).__name__} ({why})"
+
+
 def run(
     out_dir: Path = DEFAULT_OUT,
     demo: Demo | None = None,
@@ -140,6 +152,8 @@ def run(
                 demo.failed(str(e), e.child)
             elif isinstance(e, (ProgramBinaryMissing, LocalnetError)):
                 demo.failed(str(e), None)
+            elif isinstance(e, httpx.HTTPError):  # a service that did not answer: no traceback
+                demo.failed(_http_failure(e), None)
             elif isinstance(e, Exception):
                 demo.failed(f"{type(e).__name__}: {e}\n{traceback.format_exc()}", None)
             else:

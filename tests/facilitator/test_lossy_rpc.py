@@ -16,6 +16,7 @@ import pytest
 
 from svcpay.facilitator.settlement import RateLimit
 from svcpay.localnet.process import Localnet
+from svcpay.program.client import BillingClient
 from svcpay.protocol.headers import NETWORK_MAINNET, SCHEME_EXACT
 from svcpay.protocol.models import PaymentOption
 from svcpay.rpc import connect, transport_of
@@ -143,3 +144,29 @@ async def test_renewals_land_in_one_pass_when_sends_are_dropped(
     assert (summary.renewed, summary.skipped) == (6, 0), summary.errors
     assert int(chain.token_state(destination)["amount"]) == 2 * 6 * PRICE  # first + renewal
     assert stats["dropped"] > 0 and sends > summary.transactions, (stats, sends)
+
+
+async def test_a_transaction_the_node_serves_after_its_status_still_gives_its_receipt(
+    validator: Localnet, chain: Chain, processes: Processes
+) -> None:
+    """A node may report a transaction confirmed before it serves the transaction (agave
+    writes it to the ledger after the bank confirms it; behind a load balancer another node
+    may answer): the client asks again for its receipt, and never calls a transaction that
+    took effect failed (it was `confirmed but not found`, and a caller would send it again)."""
+    url = processes.lossy_rpc(validator.url, "--lag-transactions", "1.5")
+    provider = chain.funded_keypair()
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    rpc = connect(url)
+    try:
+        billing = BillingClient(rpc)
+        plan = await billing.create_plan(
+            provider, plan_id=7, mint=mint, destination=destination,
+            billing_authority=provider.pubkey(), amount=PRICE, period_secs=86_400,
+            grace_secs=3_600,
+        )  # fmt: skip
+    finally:
+        await rpc.close()
+    stats = httpx.get(url + "/stats").json()
+    assert chain.account(plan) is not None
+    assert stats["calls"]["getTransaction (not served yet)"] >= 2, stats

@@ -2,7 +2,8 @@
 (issue 37): it drops sends, throttles, lags and takes its time.
 
     python -m svcpay.localnet.lossy --upstream http://127.0.0.1:8899 --port 0 \\
-        --drop-sends 0.3 --throttle 0.2 --latency 0.05-0.3 --lag-blockhash 2 --seed 7
+        --drop-sends 0.3 --throttle 0.2 --latency 0.05-0.3 --lag-blockhash 2 \
+        --lag-transactions 2 --seed 7
 
 - `--drop-sends F`: a fraction F of `sendTransaction` calls is answered with the
   transaction's real signature and never forwarded (a leader that dropped it).
@@ -12,6 +13,10 @@
   (a node behind a load balancer that lags the others): the proxy reads the upstream's twice
   a second from the first request on, so a caller who asks once in two minutes gets a
   blockhash S seconds old too.
+- `--lag-transactions S`: `getTransaction` answers null for a signature until S seconds
+  after it was first asked for: a node that reports a transaction's status before it
+  serves the transaction (agave writes it to the ledger after the bank confirms it; behind
+  a load balancer, another node may answer).
 
 Prints `svcpay lossy-rpc ready URL` once it listens; `GET /stats` answers its counters
 as JSON. Starlette and uvicorn (the gate extra) serve it.
@@ -47,6 +52,7 @@ class Faults:
     latency: tuple[float, float] = (0.0, 0.0)
     lag_blockhash: float = 0.0
     seed: int | None = None
+    lag_transactions: float = 0.0
 
 
 @dataclass
@@ -105,6 +111,7 @@ class LossyRpc:
         # Per kind of getLatestBlockhash request, what the upstream answered when.
         self.blockhashes: dict[str, collections.deque[tuple[float, dict[str, Any]]]] = {}
         self.samplers: list[asyncio.Task[None]] = []
+        self.first_asked: dict[str, float] = {}  # getTransaction's signature -> when
         self.http = httpx.AsyncClient(timeout=30)
         self.app = Starlette(
             routes=[
@@ -145,6 +152,13 @@ class LossyRpc:
             return JSONResponse({"jsonrpc": "2.0", "result": signature, "id": body.get("id")})
         if method == "getLatestBlockhash" and self.faults.lag_blockhash and isinstance(body, dict):
             return await self._lagging_blockhash(raw, body)
+        if method == "getTransaction" and self.faults.lag_transactions and isinstance(body, dict):
+            params = body.get("params")
+            asked = str(params[0]) if isinstance(params, list) and params else ""
+            first = self.first_asked.setdefault(asked, time.monotonic())
+            if time.monotonic() - first < self.faults.lag_transactions:
+                self.stats.calls["getTransaction (not served yet)"] += 1
+                return JSONResponse({"jsonrpc": "2.0", "result": None, "id": body.get("id")})
         self.stats.sent(signature, "forwarded")
         return await self._forward(raw)
 
@@ -243,12 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--throttle", type=fraction, default=0.0)
     parser.add_argument("--latency", type=parse_latency, default=(0.0, 0.0))
     parser.add_argument("--lag-blockhash", type=float, default=0.0, metavar="SECONDS")
+    parser.add_argument("--lag-transactions", type=float, default=0.0, metavar="SECONDS")
     parser.add_argument("--seed", type=int)
     args = parser.parse_args(argv)
-    proxy = LossyRpc(
-        args.upstream,
-        Faults(args.drop_sends, args.throttle, args.latency, args.lag_blockhash, args.seed),
-    )
+    faults = Faults(args.drop_sends, args.throttle, args.latency, args.lag_blockhash, args.seed)
+    faults.lag_transactions = args.lag_transactions
+    proxy = LossyRpc(args.upstream, faults)
     server = uvicorn.Server(
         uvicorn.Config(proxy.app, host=args.host, port=args.port, log_level="warning")
     )

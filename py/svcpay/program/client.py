@@ -34,11 +34,11 @@ from svcpay.program.generated.accounts.plan import Plan
 from svcpay.program.generated.accounts.subscription import Subscription
 from svcpay.program.generated.program_id import PROGRAM_ID
 from svcpay.program.generated.types.subscription_status import Cancelled, Expired
+from svcpay.program.receipts import RECEIPT_WAIT_SECS, failing_program, served_meta
 
 # Receipt and TransactionError are imported from here too: re-exported.
 from svcpay.program.receipts import Receipt as Receipt
 from svcpay.program.receipts import TransactionError as TransactionError
-from svcpay.program.receipts import failing_program
 from svcpay.program.tokens import TokenRoutes
 from svcpay.protocol.programs import COMPUTE_BUDGET
 from svcpay.rpc import landing
@@ -191,12 +191,17 @@ class BillingClient:
         if isinstance(outcome, Pending):
             raise TransactionError(f"transaction {signature} sent but not confirmed yet")
         sig = Signature.from_string(signature)
-        tx_info = await self.rpc.get_transaction(
-            sig, "json", Confirmed, max_supported_transaction_version=0
-        )
-        meta = tx_info.value.transaction.meta if tx_info.value else None
+        meta = await served_meta(self.rpc, sig)
         if meta is None:
-            raise TransactionError(f"transaction {sig} confirmed but not found")
+            if outcome.err is not None:
+                raise self._program_error(outcome.err, []) or TransactionError(
+                    str(outcome.err), rejected="InstructionError" in str(outcome.err)
+                )
+            raise TransactionError(
+                f"transaction {sig} landed in slot {outcome.slot}, but the RPC node did not "
+                f"serve it within {RECEIPT_WAIT_SECS:.0f} s: it took effect, so do not send "
+                "it again; its receipt is unknown"
+            )
         logs = list(meta.log_messages or [])
         if meta.err is not None:
             raise self._program_error(meta.err, logs) or TransactionError(

@@ -3,9 +3,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass, field
 
+from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
+from solders.signature import Signature
+from solders.transaction_status import UiTransactionStatusMeta
+
 from svcpay.program.events import Event
+
+# How long a landed transaction's metadata is waited for (`served_meta`).
+RECEIPT_WAIT_SECS = 30.0
 
 
 class TransactionError(RuntimeError):
@@ -51,3 +61,20 @@ class Receipt:
 
     def event(self, name: str) -> Event | None:
         return next((e for e in self.events if e.name == name), None)
+
+
+async def served_meta(rpc: AsyncClient, sig: Signature) -> UiTransactionStatusMeta | None:
+    """The metadata of a transaction the node reported confirmed, once the node serves it:
+    a node may report the status first (agave writes the transaction to its ledger after
+    the bank confirms it; behind a load balancer, another node may answer), so a `null` is
+    asked again, with backoff, for up to RECEIPT_WAIT_SECS; None if it never came."""
+    delay, deadline = 0.1, time.monotonic() + RECEIPT_WAIT_SECS
+    while True:
+        reply = await rpc.get_transaction(
+            sig, "json", Confirmed, max_supported_transaction_version=0
+        )
+        meta = reply.value.transaction.meta if reply.value else None
+        if meta is not None or time.monotonic() >= deadline:
+            return meta
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 2.0)

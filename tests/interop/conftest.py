@@ -30,7 +30,7 @@ from svcpay.keys import save_keypair
 from svcpay.localnet.process import ROOT, Localnet
 from tests.support.billing import USDC, Billing, Plan
 from tests.support.chain import Chain
-from tests.support.processes import Processes
+from tests.support.processes import Processes, run_to_end
 
 DEVNET = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1"  # the local validator, to the SDK
 SVCPAY_DEVNET = "solana-devnet"  # the same, as svcpay's services name it
@@ -103,7 +103,7 @@ def node_home(tmp_path: Path, programs: Path, modules: Path) -> Path:
 
 def node_report(argv: Sequence[str], who: str) -> tuple[int, dict[str, object]]:
     """Runs a program that prints one JSON object: its exit status and that object."""
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    done = run_to_end(argv)
     assert done.stdout.strip(), f"{who} printed nothing:\n{done.stderr[-3000:]}"
     report: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
     return done.returncode, report
@@ -254,12 +254,7 @@ class Sdk:
             *argv, "--keypair", str(market.buyer_file), "--rpc", self.rpc,
             "--network", DEVNET, "--mint", str(market.mint),
         ]  # fmt: skip
-        done = subprocess.run(
-            self._program(name, argv + (["--replay"] if replay else [])),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = run_to_end(self._program(name, argv + (["--replay"] if replay else [])))
         assert done.stdout.strip(), f"{name} printed nothing:\n{done.stderr[-3000:]}"
         report: dict[str, object] = json.loads(done.stdout)
         assert done.returncode == 0, (report, done.stderr[-3000:])
@@ -350,9 +345,7 @@ class Ts:
             "node", str(self.home / "ts_client.mjs"), url, "--keypair", str(market.buyer_file),
             "--rpc", self.rpc, "--network", DEVNET, "--mint", str(market.mint),
         ]  # fmt: skip
-        done = subprocess.run(
-            argv + (["--replay"] if replay else []), capture_output=True, text=True, timeout=120
-        )
+        done = run_to_end(argv + (["--replay"] if replay else []))
         assert done.stdout.strip(), f"the TS client printed nothing:\n{done.stderr[-3000:]}"
         report: dict[str, object] = json.loads(done.stdout)
         assert done.returncode == 0, (report, done.stderr[-3000:])
@@ -437,9 +430,7 @@ class PayKit:
             "--keypair", str(market.buyer_file), "--rpc", self.rpc, "--mint", str(market.mint),
             "--accept", accept,
         ]  # fmt: skip
-        done = subprocess.run(
-            argv + (["--replay"] if replay else []), capture_output=True, text=True, timeout=120
-        )
+        done = run_to_end(argv + (["--replay"] if replay else []))
         assert done.stdout.strip(), f"the pay-kit client printed nothing:\n{done.stderr[-3000:]}"
         report: dict[str, object] = json.loads(done.stdout)
         assert done.returncode == 0, (report, done.stderr[-3000:])

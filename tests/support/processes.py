@@ -5,13 +5,16 @@ all stopped when the test ends."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
-from svcpay.demo.children import Child, DemoFailed
+from svcpay.demo.children import Child, DemoFailed, Watch
 
 
 class Processes:
@@ -48,6 +51,28 @@ class Processes:
     def stop(self) -> None:
         for child in reversed(self.children):
             child.stop(timeout=10)
+
+
+def run_to_end(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    """Runs `argv` (a foreign SDK's program) to its end, its output captured. No fixed time
+    limit, which a loaded machine overruns (docs/adr/0047): the test fails once the process
+    has used no CPU for `svcpay.demo.children.STALL_SECS`, or works past the backstop."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(list(argv), stdout=out, stderr=err, text=True)
+        try:
+            watch = Watch(proc.pid)
+            while proc.poll() is None:
+                if why := watch.stalled():
+                    err.seek(0)
+                    pytest.fail(f"{Path(argv[1]).name} {why}:\n{err.read()[-3000:]}")
+                time.sleep(0.1)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(list(argv), proc.returncode, out.read(), err.read())
 
 
 @pytest.fixture

@@ -1,7 +1,13 @@
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +42,39 @@ def pytest_configure(config: pytest.Config) -> None:
     chosen = config.getoption("--validator")
     if chosen:  # subprocesses (the CLI, the demo, the facilitator) see the same choice
         os.environ["SVCPAY_VALIDATOR"] = chosen
+    if _shares_one_validator(config):
+        stack = ExitStack()
+        config.add_cleanup(stack.close)
+        work = Path(tempfile.mkdtemp(prefix="svcpay-shared-validator-"))
+        stack.callback(shutil.rmtree, work, True)
+        node = stack.enter_context(_session_localnet(work))
+        os.environ[SHARED_VALIDATOR] = json.dumps(asdict(node))  # the workers inherit it
+
+
+# The validator the controller started for its pytest-xdist workers ({url, kind, version}).
+SHARED_VALIDATOR = "SVCPAY_TESTS_SHARED_VALIDATOR"
+
+
+def _shares_one_validator(config: pytest.Config) -> bool:
+    """Whether this is the controller of pytest-xdist workers on solana-test-validator: they
+    share one validator it starts (docs/adr/0034). Each costs more than a core while it runs,
+    so one validator for several test processes saves that many validator-seconds. Tests on
+    the drop-in move its clock, so there each worker keeps a validator of its own."""
+    workers = (
+        config.getoption("numprocesses", None) if config.pluginmanager.hasplugin("xdist") else None
+    )
+    return bool(workers) and not hasattr(config, "workerinput") and backend() == TEST_VALIDATOR
+
+
+@contextmanager
+def _session_localnet(work: Path) -> Iterator[Localnet]:
+    usdc = write_account_file(work / "usdc.json", usdc_mint_account())
+    with localnet(
+        deploy=True,
+        accounts=[(str(USDC_MAINNET_MINT), usdc)],
+        ticks_per_slot=TICKS_PER_SLOT,
+    ) as node:
+        yield node
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -67,15 +106,13 @@ def validator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Localnet]:
     the binary is missing: scripts/test builds it first. On solana-test-validator the
     program is deployed through the upgradeable loader, as users deploy it. It also holds a
     USDC mint at mainnet USDC's address (svcpay.localnet.accounts), for the clients and
-    gates that accept only the stablecoins they know."""
-    usdc = write_account_file(
-        tmp_path_factory.mktemp("accounts") / "usdc.json", usdc_mint_account()
-    )
-    with localnet(
-        deploy=True,
-        accounts=[(str(USDC_MAINNET_MINT), usdc)],
-        ticks_per_slot=TICKS_PER_SLOT,
-    ) as node:
+    gates that accept only the stablecoins they know. A pytest-xdist worker on
+    solana-test-validator uses the one its controller started (`_shares_one_validator`)."""
+    shared = os.environ.get(SHARED_VALIDATOR)
+    if shared:
+        yield Localnet(**json.loads(shared))
+        return
+    with _session_localnet(tmp_path_factory.mktemp("accounts")) as node:
         yield node
 
 

@@ -35,6 +35,7 @@ LAYERS = {
     "keepalive": 0,
     "keys": 0,
     "rpc_errors": 0,
+    "progress": 0,
     "stopping": 0,
     "webhooks": 0,
     # 1: wire formats and terms; talking to the RPC provider.

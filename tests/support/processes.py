@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from svcpay.demo.children import Child, DemoFailed, Watch
+from svcpay.demo.children import Child, DemoFailed
+from svcpay.progress import Watch
 
 
 class Processes:
@@ -56,7 +57,7 @@ class Processes:
 def run_to_end(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
     """Runs `argv` (a foreign SDK's program) to its end, its output captured. No fixed time
     limit, which a loaded machine overruns (docs/adr/0047): the test fails once the process
-    has used no CPU for `svcpay.demo.children.STALL_SECS`, or works past the backstop."""
+    has used no CPU for `svcpay.progress.STALL_SECS`, or works past the backstop."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(list(argv), stdout=out, stderr=err, text=True)
         try:

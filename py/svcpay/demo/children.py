@@ -3,25 +3,21 @@ files, waited on until they print their ready line, and stopped (SIGTERM, then S
 
 A wait on a child has no fixed budget, which a loaded machine overruns (issue 36: a CLI step
 that takes 5 s idle took over 60 s beside a busy core and a test suite). It fails when the
-child exits, or stops making progress: no CPU time used for `STALL_SECS` (`Watch`, from
-/proc; where there is no /proc, the wall time since the wait began), and in any case after
-`MAX_WAIT_SECS`."""
+child exits, or stops making progress (`svcpay.progress.Watch`: no CPU time used for a
+minute)."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from svcpay import stopping
+from svcpay.progress import Watch
 
 STOP_TIMEOUT = 15.0  # seconds a child gets to shut down gracefully before SIGKILL
-STALL_SECS = 60.0  # a child that used no CPU for this long while waited on is stuck
-MAX_WAIT_SECS = 900.0  # the backstop: a child busy this long on one step is stuck too
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class DemoFailed(RuntimeError):
@@ -38,39 +34,6 @@ def _tail(path: Path, lines: int) -> str:
     except OSError:
         return ""
     return "\n".join(text.rstrip().splitlines()[-lines:])
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """The user plus system CPU time process `pid` has used, or None where unknown (no
-    /proc, or the process is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold ")"
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-class Watch:
-    """How long a waited-on process has made no progress: the seconds since its CPU time
-    last grew (since the wait began, where that time cannot be read)."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.began = self.moved = time.monotonic()
-        self.cpu = cpu_seconds(pid)
-
-    def stalled(self) -> str | None:
-        """Why the wait should end (stalled, or past the backstop), or None to go on."""
-        now = time.monotonic()
-        cpu = cpu_seconds(self.pid)
-        if cpu is not None and cpu != self.cpu:
-            self.cpu, self.moved = cpu, now
-        if now - self.moved > STALL_SECS:
-            return f"made no progress for {STALL_SECS:.0f} s (no CPU time used)"
-        if now - self.began > MAX_WAIT_SECS:
-            return f"was still busy after {MAX_WAIT_SECS:.0f} s"
-        return None
 
 
 class Child:

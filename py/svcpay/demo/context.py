@@ -18,7 +18,7 @@ from solders.pubkey import Pubkey
 
 from svcpay import stopping
 from svcpay.client import PaymentAuth
-from svcpay.demo.children import Child, DemoFailed, Watch
+from svcpay.demo.children import Child, DemoFailed
 from svcpay.demo.output import expect, say, short, sol, usdc, when, wire
 from svcpay.demo.receiver import WebhookReceiver
 from svcpay.demo.services import Services
@@ -27,6 +27,7 @@ from svcpay.examples.resource_server import DATA_PRICE
 from svcpay.localnet.chain import Chain
 from svcpay.program.client import BillingClient, Receipt, status_name
 from svcpay.program.generated.accounts.subscription import Subscription
+from svcpay.progress import Watch
 
 T = TypeVar("T")
 PROGRESS_EVERY = 15.0  # seconds between the lines a long wait prints
@@ -34,7 +35,7 @@ PROGRESS_EVERY = 15.0  # seconds between the lines a long wait prints
 
 async def while_working(request: Awaitable[T], service: Child, what: str) -> T:
     """`request`'s result, waited on for as long as `service` (the process doing the work)
-    runs and makes progress (`children.Watch`), not for a fixed time that a loaded machine
+    runs and makes progress (`svcpay.progress.Watch`), not for a fixed time that a loaded machine
     overruns; a line every PROGRESS_EVERY seconds says what it is waiting for."""
     task = asyncio.ensure_future(request)
     watch, shown = Watch(service.pid), time.monotonic()

@@ -1,4 +1,4 @@
-"""The demo's waits on its child processes (issue 36): no fixed budget that a loaded machine
+"""The waits on child processes (issue 36, docs/adr/0047): no fixed budget that a loaded machine
 overruns. A step is waited on while its process works and fails once that process stalls
 (no CPU time used for `STALL_SECS`) or exits; a request that fails below HTTP is named
 without a traceback."""
@@ -6,6 +6,7 @@ without a traceback."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -13,9 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from svcpay.demo import children, context
+from svcpay import progress
+from svcpay.demo import context
 from svcpay.demo.children import Child, DemoFailed, run_command
 from svcpay.demo.walkthrough import Demo, run
+from svcpay.localnet.process import LocalnetError, _wait_healthy
 
 # Busy for `secs` seconds of wall time, then prints "done".
 BUSY = (
@@ -28,7 +31,7 @@ IDLE = "import sys, time\nprint('waiting on nothing', file=sys.stderr, flush=Tru
 
 @pytest.fixture
 def short_stall(monkeypatch: pytest.MonkeyPatch) -> float:
-    monkeypatch.setattr(children, "STALL_SECS", 1.0)
+    monkeypatch.setattr(progress, "STALL_SECS", 1.0)
     return 1.0
 
 
@@ -95,3 +98,24 @@ def test_a_request_that_got_no_answer_is_named_without_a_traceback(
         "ReadTimeout (no answer in time)"
     ) in err
     assert "Traceback" not in err
+
+
+def test_a_validator_that_stalls_at_start_fails_with_its_log(
+    short_stall: float, tmp_path: Path
+) -> None:
+    """The local validator's start is waited on while its log grows or its slot moves, not
+    for a fixed 90 s (solana-test-validator took longer on a loaded machine); one that does
+    neither is reported with its log."""
+    log = tmp_path / "validator.log"
+    log.write_text("Waiting for first slot 1...\n")
+    silent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with pytest.raises(LocalnetError) as failed:
+            _wait_healthy("http://127.0.0.1:9", silent, log)
+    finally:
+        silent.kill()
+        silent.wait()
+    assert str(failed.value).startswith(
+        "the validator made no progress for 1 s (its log and its slot did not move) before "
+        "it was healthy:\nWaiting for first slot 1..."
+    )

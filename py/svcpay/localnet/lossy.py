@@ -2,7 +2,7 @@
 (issue 37): it drops sends, throttles, lags and takes its time.
 
     python -m svcpay.localnet.lossy --upstream http://127.0.0.1:8899 --port 0 \\
-        --drop-sends 0.3 --throttle 0.2 --latency 0.05-0.3 --lag-blockhash 2 \
+        --drop-sends 0.3 --throttle 0.2 --latency 0.05-0.3 --lag-blockhash 2 \\
         --lag-transactions 2 --seed 7
 
 - `--drop-sends F`: a fraction F of `sendTransaction` calls is answered with the
@@ -260,8 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lag-transactions", type=float, default=0.0, metavar="SECONDS")
     parser.add_argument("--seed", type=int)
     args = parser.parse_args(argv)
-    faults = Faults(args.drop_sends, args.throttle, args.latency, args.lag_blockhash, args.seed)
-    faults.lag_transactions = args.lag_transactions
+    faults = Faults(
+        args.drop_sends, args.throttle, args.latency, args.lag_blockhash, args.seed,
+        args.lag_transactions,
+    )  # fmt: skip
     proxy = LossyRpc(args.upstream, faults)
     server = uvicorn.Server(
         uvicorn.Config(proxy.app, host=args.host, port=args.port, log_level="warning")

@@ -28,6 +28,7 @@ from solders.pubkey import Pubkey
 from svcpay.client import build_payment
 from svcpay.demo.children import Child
 from svcpay.facilitator.db import crank_leases
+from svcpay.facilitator.settlement import LAND_WAIT_SECS, SETTLE_WAIT_SECS
 from svcpay.facilitator.store import Store
 from svcpay.keys import save_keypair
 from svcpay.localnet.process import Localnet
@@ -171,30 +172,46 @@ class Fleet:
 
     async def payments(self, n: int) -> list[dict[str, Any]]:
         """`n` signed svcpay payments of PRICE to the registered payTo, each from its own
-        wallet, as POST /authorize bodies."""
-        billing = BillingClient.connect(self.validator_url)
-        bodies = []
+        wallet, as POST /authorize bodies. The wallets are funded first and the payments
+        signed together after, so every blockhash is as young as the last one: a busy
+        machine takes about a second a wallet, and a payment signed a minute before it is
+        sent has outlived its blockhash (150 blocks at 400 ms)."""
         # The chain's payer pays each new token account's rent: a long soak spends it all.
         if self.chain.balance(self.chain.payer.pubkey()) < (n + 10) * 3_000_000:
             self.chain.fund(self.chain.payer, 1_000 * 10**9)
+        wallets = []
+        for _ in range(n):
+            wallet = self.chain.funded_keypair()
+            self.chain.token_account(wallet.pubkey(), self.mint, PRICE)
+            wallets.append(wallet)
+        options = [
+            PaymentOption(
+                scheme=SCHEME_EXACT,
+                network=NETWORK_MAINNET,
+                token=str(self.mint),
+                amount=str(PRICE),
+                pay_to=str(self.destination),
+                memo=f"fault-{i}",
+            )
+            for i in range(n)
+        ]
+        billing = BillingClient.connect(self.validator_url)
         try:
-            for i in range(n):
-                wallet = self.chain.funded_keypair()
-                self.chain.token_account(wallet.pubkey(), self.mint, PRICE)
-                option = PaymentOption(
-                    scheme=SCHEME_EXACT, network=NETWORK_MAINNET, token=str(self.mint),
-                    amount=str(PRICE), pay_to=str(self.destination), memo=f"fault-{i}",
-                )  # fmt: skip
-                tx = await build_payment(billing.rpc, wallet, option, self.fee_payer.pubkey())
-                bodies.append(
-                    {
-                        "signedPayment": base64.b64encode(tx).decode(),
-                        "paymentRequirements": option.to_json_dict(),
-                    }
+            signed = await asyncio.gather(
+                *(
+                    build_payment(billing.rpc, w, o, self.fee_payer.pubkey())
+                    for w, o in zip(wallets, options, strict=True)
                 )
+            )
         finally:
             await billing.close()
-        return bodies
+        return [
+            {
+                "signedPayment": base64.b64encode(tx).decode(),
+                "paymentRequirements": o.to_json_dict(),
+            }
+            for tx, o in zip(signed, options, strict=True)
+        ]
 
     def received(self) -> int:
         return int(self.chain.token_state(self.destination)["amount"])
@@ -237,21 +254,29 @@ async def settle_all(
         return await asyncio.gather(*(one(i, b) for i, b in enumerate(bodies)))
 
 
-async def until_paid(urls: list[str], body: dict[str, Any], patience: float = 60) -> httpx.Response:
-    """Posts `body` until it is settled (200), as the paying client does after a 503 or a
-    504 `SettlementPending` (sent, not yet confirmed: under load the first resend after an
-    outage can find the transaction still in flight; svcpay_proof/client.py)."""
-    deadline = time.monotonic() + patience
+async def until_paid(urls: list[str], body: dict[str, Any]) -> httpx.Response:
+    """Posts `body` until a final answer, as the paying client does after a 503 or a 504
+    `SettlementPending` (sent, not yet confirmed: under load the first resend after an
+    outage can find the transaction still in flight; svcpay_proof/client.py). A pending
+    payment is decided within the facilitator's own bound (LAND_WAIT_SECS: landed, or its
+    blockhash expired by block height), so that bound, not a guess, ends the wait; the
+    caller asserts the final answer (200)."""
+    deadline = time.monotonic() + LAND_WAIT_SECS + SETTLE_WAIT_SECS
     async with httpx.AsyncClient(timeout=60) as http:
         i = 0
         while True:
             reply = await http.post(f"{urls[i % len(urls)]}/authorize", json=body)
-            if reply.status_code == 200 or time.monotonic() > deadline:
+            pending = reply.status_code == 504 and reply.json().get("error") == "SettlementPending"
+            if not (reply.status_code == 503 or pending) or time.monotonic() > deadline:
                 return reply
-            pending = reply.status_code == 504 and reply.json()["error"] == "SettlementPending"
-            assert reply.status_code == 503 or pending, reply.text
             i += 1
             await asyncio.sleep(0.5)
+
+
+async def until_all_paid(urls: list[str], bodies: list[dict[str, Any]]) -> list[httpx.Response]:
+    """`until_paid` for each body at once, as each payment's own client retries it; the
+    final answers, in order."""
+    return list(await asyncio.gather(*(until_paid(urls, b) for b in bodies)))
 
 
 async def wait_for(condition: Any, timeout: float, step: float = 0.1) -> float:

@@ -274,9 +274,17 @@ async def until_paid(urls: list[str], body: dict[str, Any]) -> httpx.Response:
 
 
 async def until_all_paid(urls: list[str], bodies: list[dict[str, Any]]) -> list[httpx.Response]:
-    """`until_paid` for each body at once, as each payment's own client retries it; the
-    final answers, in order."""
-    return list(await asyncio.gather(*(until_paid(urls, b) for b in bodies)))
+    """`until_paid` for each body, 8 at a time (as `settle_all`'s first pass): each is joined
+    by every instance it reaches, and all 49 at once (up to 3 flights each, rebroadcasting)
+    flooded a drop-in node starved of CPU (load 13) until their blockhashes expired unlanded
+    (cold run 8). The final answers, in order."""
+    slots = asyncio.Semaphore(8)
+
+    async def one(body: dict[str, Any]) -> httpx.Response:
+        async with slots:
+            return await until_paid(urls, body)
+
+    return list(await asyncio.gather(*(one(b) for b in bodies)))
 
 
 async def wait_for(condition: Any, timeout: float, step: float = 0.1) -> float:

@@ -132,7 +132,7 @@ async def test_a_database_restart_under_load_answers_200_or_503_and_pays_once(
     assert set(kinds) <= {"200", "503 json retry-after"}, kinds
     assert kinds["503 json retry-after"] > 0  # the outage was met
 
-    # The clients' retries (the same signed transaction, each client its own, at once):
+    # The clients' retries (the same signed transaction, 8 clients at a time, as the first pass):
     # each payment settles, once.
     retried = [i for i, r in enumerate(replies) if r.status_code != 200]
     # A blockhash lasts about 60 s here (150 blocks at 400 ms): a payment retried later

@@ -286,6 +286,12 @@ class Svcpay:
             "SVCPAY_DATABASE_URL": f"sqlite:///{self.tmp / 'facilitator.db'}",
             "SVCPAY_FACILITATOR_KEYPAIR": str(save_keypair(keypair, self.tmp / "facilitator.json")),
             "SVCPAY_SETTLE_UNREGISTERED": "1",
+            # No indexer: a new facilitator reads the program's whole history, here every
+            # earlier test's (on solana-test-validator, three test processes'), 500
+            # getTransaction calls every 2 s against the validator the other tests wait on.
+            # These tests are about payments; tests/facilitator/test_indexer.py is the
+            # indexer's.
+            "SVCPAY_INDEXER_INTERVAL_SECS": "0",
         }
         argv = [sys.executable, "-m", "svcpay.cli", "facilitator", "serve", "--port", "0"]
         return self.processes.start("svcpay facilitator", argv, "svcpay facilitator ready", env)

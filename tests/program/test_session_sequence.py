@@ -121,7 +121,15 @@ class Run:
         )  # fmt: skip
         address = pda.session_address(payer.pubkey(), self.next_id)
         self.next_id += 1
-        self.expect(self.chain.send([ix], [payer]), OK, "open")
+        result = self.chain.send([ix], [payer])
+        after = self.chain.unix_timestamp()
+        # The program ran at some time between `now` and `after`: an expiry already past by
+        # then is refused (on solana-test-validator a day is a second, and a loaded machine
+        # may take that long to land it).
+        want = "InvalidExpiry" if expires_at <= after and not result.ok else OK
+        self.expect(result, want, "open")
+        if want != OK:
+            return
         model = Model(payer, self.tokens[payer.pubkey()], key, deposit, expires_at, dispute)
         model.deposits.append(deposit)
         self.sessions[address] = model
@@ -186,12 +194,13 @@ class Run:
     def request_close(self, address: Pubkey, m: Model) -> None:
         ix = sessions.request_close(self.state(address), address)
         want = {"Open": OK, "Closed": "failed"}.get(m.status, "SessionNotOpen")
-        now = self.chain.unix_timestamp()
+        before = self.chain.unix_timestamp()
         result = self.chain.send([ix], [m.payer])
+        after = self.chain.unix_timestamp()
         self.expect(result, want, "request close")
         if want == OK:
             m.status, m.close_requested_at = "Closing", self.state(address).close_requested_at
-            assert 0 <= m.close_requested_at - now <= 5  # executed after `now`
+            assert before <= m.close_requested_at <= after  # the time it ran
 
     def close(self, address: Pubkey, m: Model) -> None:
         by = self.rng.choice([self.provider, m.payer, self.stranger])

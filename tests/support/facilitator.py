@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 from solana.rpc.async_api import AsyncClient
+from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
-from solders.signature import Signature
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -98,34 +98,20 @@ async def index_all(service: Facilitator) -> None:
     """Runs the indexer until it has read the program's history up to now: it reads 500
     transactions a pass, oldest first, and the suite's validator holds every earlier
     test's. Other test processes may share the validator and add transactions meanwhile, so
-    a pass can end past the newest transaction of now: done is "no longer after the cursor",
-    not "is the cursor"."""
+    a pass can end past the newest transaction of now: done is "no longer after the cursor"
+    (by the indexer's own listing), not "is the cursor"."""
+    from svcpay.facilitator.indexer import _new_signatures
     from svcpay.facilitator.lifecycle import INDEXER_CURSOR
 
     program = service.billing.program_id
-    found = await service.rpc.get_signatures_for_address(program, limit=1)
+    found = await service.rpc.get_signatures_for_address(program, limit=1, commitment=Confirmed)
     if not found.value:
         return
-    newest = found.value[0].signature
+    newest = str(found.value[0].signature)
     for _ in range(10_000):
         await service.index_once()
         cursor = await service.store.cursors.get(INDEXER_CURSOR)
-        if cursor is not None and not await _is_after(
-            service, newest, Signature.from_string(cursor)
-        ):
+        after = await _new_signatures(service.rpc, program, cursor, 1000, Confirmed)
+        if cursor is not None and newest not in {sig for sig, _ in after}:
             return
     raise AssertionError("the indexer did not catch up")
-
-
-async def _is_after(service: Facilitator, signature: Signature, cursor: Signature) -> bool:
-    """Whether the program's history lists `signature` after (newer than) `cursor`."""
-    before: Signature | None = None
-    while True:
-        page = await service.rpc.get_signatures_for_address(
-            service.billing.program_id, before=before, until=cursor, limit=1000
-        )
-        if any(s.signature == signature for s in page.value):
-            return True
-        if len(page.value) < 1000:
-            return False
-        before = page.value[-1].signature

@@ -273,12 +273,14 @@ async def until_paid(urls: list[str], body: dict[str, Any]) -> httpx.Response:
             await asyncio.sleep(0.5)
 
 
-async def until_all_paid(urls: list[str], bodies: list[dict[str, Any]]) -> list[httpx.Response]:
-    """`until_paid` for each body, 8 at a time (as `settle_all`'s first pass): each is joined
+async def until_all_paid(
+    urls: list[str], bodies: list[dict[str, Any]], *, concurrency: int = 8
+) -> list[httpx.Response]:
+    """`until_paid` for each body, `concurrency` at a time (as `settle_all`): each is joined
     by every instance it reaches, and all 49 at once (up to 3 flights each, rebroadcasting)
     flooded a drop-in node starved of CPU (load 13) until their blockhashes expired unlanded
     (cold run 8). The final answers, in order."""
-    slots = asyncio.Semaphore(8)
+    slots = asyncio.Semaphore(concurrency)
 
     async def one(body: dict[str, Any]) -> httpx.Response:
         async with slots:

@@ -13,10 +13,13 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from solana.rpc.core import RPCException
 
+from svcpay.facilitator.indexer import CLEANED_UP_TRIES, read_events
 from svcpay.facilitator.settlement import RateLimit
 from svcpay.localnet.process import Localnet
 from svcpay.program.client import BillingClient
+from svcpay.program.generated.program_id import PROGRAM_ID
 from svcpay.protocol.headers import NETWORK_MAINNET, SCHEME_EXACT
 from svcpay.protocol.models import PaymentOption
 from svcpay.rpc import connect, transport_of
@@ -170,3 +173,47 @@ async def test_a_transaction_the_node_serves_after_its_status_still_gives_its_re
     stats = httpx.get(url + "/stats").json()
     assert chain.account(plan) is not None
     assert stats["calls"]["getTransaction (not served yet)"] >= 2, stats
+
+
+async def test_the_indexer_reads_through_a_node_purging_its_oldest_slots(
+    validator: Localnet, chain: Chain, processes: Processes
+) -> None:
+    """A node whose ledger cleanup is purging the slots a listing reaches answers "slot
+    cleaned up" until the purge is done (solana-test-validator keeps 10,000 shreds; stop 51's
+    CI saw it): the indexer lists that page again, and only a node that keeps answering so
+    fails the pass, with the node's answer."""
+    provider = chain.funded_keypair()
+    mint = chain.create_mint()
+    destination = chain.token_account(provider.pubkey(), mint)
+    rpc = connect(validator.url)
+    try:
+        newest = (await rpc.get_signatures_for_address(PROGRAM_ID, limit=1)).value
+        cursor = str(newest[0].signature) if newest else None
+        plan = await BillingClient(rpc).create_plan(
+            provider, plan_id=9, mint=mint, destination=destination,
+            billing_authority=provider.pubkey(), amount=PRICE, period_secs=86_400,
+        )  # fmt: skip
+    finally:
+        await rpc.close()
+
+    purging = processes.lossy_rpc(validator.url, "--purging", str(CLEANED_UP_TRIES - 1))
+    rpc = connect(purging)
+    try:
+        batch = await read_events(rpc, PROGRAM_ID, cursor)
+    finally:
+        await rpc.close()
+    created = [e for e in batch.events if e.name == "PlanCreated"]
+    assert [e.fields["plan"] for e in created] == [str(plan)]
+    stats = httpx.get(purging + "/stats").json()["calls"]
+    # Each page was answered "cleaned up" CLEANED_UP_TRIES - 1 times, then listed.
+    assert stats["getSignaturesForAddress (slot cleaned up)"] >= CLEANED_UP_TRIES - 1
+
+    stuck = processes.lossy_rpc(validator.url, "--purging", str(CLEANED_UP_TRIES))
+    rpc = connect(stuck)
+    try:
+        with pytest.raises(RPCException, match="slot cleaned up"):
+            await read_events(rpc, PROGRAM_ID, cursor)
+    finally:
+        await rpc.close()
+    stats = httpx.get(stuck + "/stats").json()["calls"]
+    assert stats["getSignaturesForAddress (slot cleaned up)"] == CLEANED_UP_TRIES

@@ -20,11 +20,14 @@ makes a stable key (`ChainEvent.key`).
 A cursor the node does not know (another cluster, or pruned history) bounds nothing: agave
 answers an unknown `until` with -32020 "Transaction ... not found", and the read starts again
 from everything the node holds; consumers key events by `ChainEvent.key` and store each once.
+A node purging its oldest slots answers "slot cleaned up" while the purge runs: that page is
+asked again (CLEANED_UP_TRIES).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -39,8 +42,18 @@ from solders.signature import Signature
 
 from svcpay.program.events import decode_logs
 
+log = logging.getLogger(__name__)
+
 MAX_PAGE = 1000  # getSignaturesForAddress's largest page
 TRANSACTION_NOT_FOUND = -32020  # agave's answer to a before/until signature it does not hold
+# A node purging its oldest slots (agave's ledger cleanup: solana-test-validator keeps 10,000
+# shreds, an RPC node without long-term storage its --limit-ledger-size) answers a listing
+# that reaches them "slot cleaned up" from when it marks them gone until their purge is done.
+# The same listing succeeds after it, so a page is asked again, this many times in all, the
+# pause doubling from CLEANED_UP_PAUSE_SECS (6.3 s in all); then the pass fails and the
+# indexer's loop retries it on its backoff.
+CLEANED_UP_TRIES = 7
+CLEANED_UP_PAUSE_SECS = 0.1
 
 JsonValue: TypeAlias = str | int | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
 
@@ -162,9 +175,7 @@ async def _new_signatures(
     before: Signature | None = None
     out: list[tuple[str, bool]] = []
     while True:
-        reply: object = await rpc.get_signatures_for_address(
-            program_id, before=before, until=until, limit=page_size, commitment=commitment
-        )
+        reply = await _list_page(rpc, program_id, before, until, page_size, commitment)
         if not isinstance(reply, GetSignaturesForAddressResp):
             # solders parses an error code it has no type for (-32020) as the bare code
             if until is not None and reply == TRANSACTION_NOT_FOUND:
@@ -176,6 +187,41 @@ async def _new_signatures(
         if len(page) < page_size:
             return out
         before = page[-1].signature
+
+
+async def _list_page(
+    rpc: AsyncClient,
+    program_id: Pubkey,
+    before: Signature | None,
+    until: Signature | None,
+    page_size: int,
+    commitment: Commitment,
+) -> object:
+    """One getSignaturesForAddress page, asked again while the node answers that it is
+    purging the slots the page reaches (CLEANED_UP_TRIES)."""
+
+    def page() -> Any:
+        return rpc.get_signatures_for_address(
+            program_id, before=before, until=until, limit=page_size, commitment=commitment
+        )
+
+    pause = CLEANED_UP_PAUSE_SECS
+    for _ in range(CLEANED_UP_TRIES - 1):
+        try:
+            return await page()
+        except RPCException as e:
+            if not is_cleaned_up(e):
+                raise
+            log.info("the node is purging its oldest slots (%s); listing again in %.1f s", e, pause)
+            await asyncio.sleep(pause)
+            pause *= 2
+    return await page()
+
+
+def is_cleaned_up(error: RPCException) -> bool:
+    """Whether `error` is agave's answer for slots its ledger cleanup has marked gone:
+    "slot cleaned up" (a blockstore read racing the purge) or -32001 "Block N cleaned up"."""
+    return "cleaned up" in str(error)
 
 
 async def _transaction(

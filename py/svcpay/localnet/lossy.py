@@ -17,6 +17,9 @@
   after it was first asked for: a node that reports a transaction's status before it
   serves the transaction (agave writes it to the ledger after the bank confirms it; behind
   a load balancer, another node may answer).
+- `--purging N`: each `getSignaturesForAddress` is answered -32602 "slot cleaned up" N times
+  in a row, then forwarded once: a node whose ledger cleanup is purging the oldest slots a
+  listing reaches (agave answers that until the purge is done).
 
 Prints `svcpay lossy-rpc ready URL` once it listens; `GET /stats` answers its counters
 as JSON. Starlette and uvicorn (the gate extra) serve it.
@@ -53,6 +56,7 @@ class Faults:
     lag_blockhash: float = 0.0
     seed: int | None = None
     lag_transactions: float = 0.0
+    purging: int = 0
 
 
 @dataclass
@@ -112,6 +116,7 @@ class LossyRpc:
         self.blockhashes: dict[str, collections.deque[tuple[float, dict[str, Any]]]] = {}
         self.samplers: list[asyncio.Task[None]] = []
         self.first_asked: dict[str, float] = {}  # getTransaction's signature -> when
+        self.purged_in_a_row = 0  # getSignaturesForAddress answered "slot cleaned up"
         self.http = httpx.AsyncClient(timeout=30)
         self.app = Starlette(
             routes=[
@@ -159,6 +164,15 @@ class LossyRpc:
             if time.monotonic() - first < self.faults.lag_transactions:
                 self.stats.calls["getTransaction (not served yet)"] += 1
                 return JSONResponse({"jsonrpc": "2.0", "result": None, "id": body.get("id")})
+        if method == "getSignaturesForAddress" and self.faults.purging and isinstance(body, dict):
+            if self.purged_in_a_row < self.faults.purging:
+                self.purged_in_a_row += 1
+                self.stats.calls["getSignaturesForAddress (slot cleaned up)"] += 1
+                return JSONResponse(
+                    {"jsonrpc": "2.0", "error": {"code": -32602, "message": "slot cleaned up"},
+                     "id": body.get("id")}
+                )  # fmt: skip
+            self.purged_in_a_row = 0
         self.stats.sent(signature, "forwarded")
         return await self._forward(raw)
 
@@ -258,11 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency", type=parse_latency, default=(0.0, 0.0))
     parser.add_argument("--lag-blockhash", type=float, default=0.0, metavar="SECONDS")
     parser.add_argument("--lag-transactions", type=float, default=0.0, metavar="SECONDS")
+    parser.add_argument("--purging", type=int, default=0, metavar="N")
     parser.add_argument("--seed", type=int)
     args = parser.parse_args(argv)
     faults = Faults(
         args.drop_sends, args.throttle, args.latency, args.lag_blockhash, args.seed,
-        args.lag_transactions,
+        args.lag_transactions, args.purging,
     )  # fmt: skip
     proxy = LossyRpc(args.upstream, faults)
     server = uvicorn.Server(

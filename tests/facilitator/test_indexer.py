@@ -3,6 +3,7 @@ the transaction; failed transactions skipped; pages; nested (CPI) logs attribute
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from solana.rpc.commitment import Confirmed
 from solana.rpc.models import TxOpts
@@ -12,17 +13,21 @@ from solders.pubkey import Pubkey
 from solders.signature import Signature
 
 from svcpay.facilitator.indexer import (
+    Backlog,
     ChainEvent,
     events_in_logs,
     program_data_lines,
     read_events,
 )
+from svcpay.localnet.process import Localnet
 from svcpay.program import instructions
 from svcpay.program.client import BillingClient
 from svcpay.program.generated.program_id import PROGRAM_ID
+from svcpay.rpc import connect
 from tests.support.billing import DAY, USDC
 from tests.support.chain import Chain
 from tests.support.clock import Clock
+from tests.support.processes import Processes
 
 pytestmark = pytest.mark.anyio
 
@@ -168,6 +173,44 @@ async def test_every_event_is_read_back_oldest_first(
         stepped += step.events
         cursor = step.cursor
     assert stepped == batch.events and cursor == batch.cursor
+
+
+async def test_a_backfill_in_steps_lists_each_transaction_once(
+    chain: Chain, client: BillingClient, validator: Localnet, processes: Processes
+) -> None:
+    """With a Backlog, a backfill of `max_transactions` at a time lists each transaction once:
+    a step lists only what is newer than the transactions listed before and not yet read."""
+    start = await head(client)
+    for _ in range(4):
+        await a_new_plan(chain, client)
+    everything = await read_events(client.rpc, PROGRAM_ID, start)
+
+    url = processes.lossy_rpc(validator.url)  # no faults: it counts the calls
+    rpc = connect(url)
+    try:
+        backlog = Backlog()
+        stepped: list[ChainEvent] = []
+        cursor, steps, passed = start, 0, []
+        while True:
+            step = await read_events(
+                rpc, PROGRAM_ID, cursor, page_size=1, max_transactions=1, backlog=backlog
+            )
+            steps += 1
+            if step.cursor == cursor:
+                break
+            stepped += step.events
+            cursor = step.cursor
+            passed.append(cursor)
+    finally:
+        await rpc.close()
+
+    assert stepped[: len(everything.events)] == everything.events
+    assert everything.cursor in passed and backlog.pending == []
+    # One signature a page: each passed signature is listed once, and each step's listing
+    # ends on one short page. Listing all after the cursor at every step would take
+    # len(passed) * (len(passed) + 1) / 2 + steps.
+    calls = httpx.get(url + "/stats").json()["calls"]["getSignaturesForAddress"]
+    assert calls == len(passed) + steps, (calls, len(passed), steps)
 
 
 async def a_new_plan(chain: Chain, client: BillingClient) -> Pubkey:

@@ -30,7 +30,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeAlias
 
 from solana.rpc.async_api import AsyncClient
@@ -131,20 +131,21 @@ async def read_events(
     max_transactions: int | None = None,
     concurrency: int = 8,
     commitment: Commitment = Confirmed,
+    backlog: Backlog | None = None,
 ) -> IndexBatch:
     """Events of the program's transactions newer than `cursor` (a signature; None: from the
     first one the node holds), oldest first, with the new cursor.
 
     `max_transactions` caps how many (oldest) new transactions one call reads, for a long
-    backfill in steps; the cursor then stops at the last one read. A transaction listed but
-    not yet served by getTransaction ends the batch early, its cursor before it."""
+    backfill in steps (give them one `Backlog`); the cursor then stops at the last one read.
+    A transaction listed but not yet served by getTransaction ends the batch early, its
+    cursor before it."""
     if not 1 <= page_size <= MAX_PAGE:
         raise ValueError(f"page_size must be within 1..{MAX_PAGE}")
-    signatures = await _new_signatures(rpc, program_id, cursor, page_size, commitment)
-    signatures.reverse()  # oldest first
-    if max_transactions is not None:
-        signatures = signatures[:max_transactions]
+    listed = await _listed(rpc, program_id, cursor, page_size, commitment, backlog)
+    signatures = listed if max_transactions is None else listed[:max_transactions]
     events: list[ChainEvent] = []
+    read = 0  # how many of `listed` the cursor has passed
     for start in range(0, len(signatures), concurrency):
         chunk = signatures[start : start + concurrency]
         wanted = [(sig, failed) for sig, failed in chunk if not failed]
@@ -154,13 +155,55 @@ async def read_events(
             if not failed:
                 tx = found[sig]
                 if tx is None:  # listed, not yet served: stop before it, read it next time
-                    return IndexBatch(events, cursor)
+                    return _ended(events, cursor, listed[read:], backlog)
                 slot, block_time, logs = tx
                 events += events_in_logs(
                     logs, program_id, signature=sig, slot=slot, block_time=block_time
                 )
             cursor = sig
+            read += 1
+    return _ended(events, cursor, listed[read:], backlog)
+
+
+@dataclass
+class Backlog:
+    """What read_events listed after the cursor it returned and has not read yet, oldest
+    first. Pass the same Backlog to each call: a call given that cursor then lists only what
+    is newer than the backlog, so a backfill of N transactions in steps of
+    `max_transactions` lists each signature once, not everything after the cursor on every
+    step (about N²/2/max_transactions). Any other cursor (another instance moved the stored
+    one) lists afresh."""
+
+    cursor: str | None = None
+    pending: list[tuple[str, bool]] = field(default_factory=list)  # (signature, failed)
+
+
+def _ended(
+    events: list[ChainEvent],
+    cursor: str | None,
+    unread: list[tuple[str, bool]],
+    backlog: Backlog | None,
+) -> IndexBatch:
+    if backlog is not None:
+        backlog.cursor, backlog.pending = cursor, unread
     return IndexBatch(events, cursor)
+
+
+async def _listed(
+    rpc: AsyncClient,
+    program_id: Pubkey,
+    cursor: str | None,
+    page_size: int,
+    commitment: Commitment,
+    backlog: Backlog | None,
+) -> list[tuple[str, bool]]:
+    """(signature, failed) of every transaction after `cursor`, oldest first: the backlog's
+    and those newer than it, when the backlog follows `cursor`."""
+    if backlog is not None and backlog.pending and backlog.cursor == cursor:
+        newer = await _after(rpc, program_id, backlog.pending[-1][0], page_size, commitment)
+        if newer is not None:  # else the node no longer holds the backlog's newest
+            return backlog.pending + newer[::-1]
+    return (await _new_signatures(rpc, program_id, cursor, page_size, commitment))[::-1]
 
 
 async def _new_signatures(
@@ -170,7 +213,24 @@ async def _new_signatures(
     page_size: int,
     commitment: Commitment,
 ) -> list[tuple[str, bool]]:
-    """(signature, failed) of every transaction after `cursor`, newest first."""
+    """(signature, failed) of every transaction after `cursor`, newest first; of every one
+    the node holds when it does not hold `cursor`."""
+    found = await _after(rpc, program_id, cursor, page_size, commitment)
+    if found is None:  # the cursor bounds nothing: read it all
+        found = await _after(rpc, program_id, None, page_size, commitment)
+    assert found is not None  # no `until`, no "not found"
+    return found
+
+
+async def _after(
+    rpc: AsyncClient,
+    program_id: Pubkey,
+    cursor: str | None,
+    page_size: int,
+    commitment: Commitment,
+) -> list[tuple[str, bool]] | None:
+    """(signature, failed) of every transaction after `cursor`, newest first; None when the
+    node does not hold `cursor`."""
     until = Signature.from_string(cursor) if cursor else None
     before: Signature | None = None
     out: list[tuple[str, bool]] = []
@@ -179,8 +239,7 @@ async def _new_signatures(
         if not isinstance(reply, GetSignaturesForAddressResp):
             # solders parses an error code it has no type for (-32020) as the bare code
             if until is not None and reply == TRANSACTION_NOT_FOUND:
-                until, before, out = None, None, []  # the cursor bounds nothing: read it all
-                continue
+                return None
             raise RPCException(f"getSignaturesForAddress failed: {reply}")
         page = reply.value
         out += [(str(s.signature), s.err is not None) for s in page]

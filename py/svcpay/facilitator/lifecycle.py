@@ -32,7 +32,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic.alias_generators import to_camel
 from solana.rpc.async_api import AsyncClient
@@ -41,6 +41,9 @@ from solders.pubkey import Pubkey
 from svcpay.facilitator.store import Event, Store
 from svcpay.program.client import Receipt
 from svcpay.program.generated.program_id import PROGRAM_ID
+
+if TYPE_CHECKING:
+    from svcpay.facilitator.indexer import Backlog
 
 EVENT_TYPES = (
     "payment.settled",
@@ -251,14 +254,23 @@ async def record_receipt(
 INDEXER_CURSOR = "indexer:svc_billing"
 
 
-async def index_once(rpc: AsyncClient, store: Store, program_id: Pubkey = PROGRAM_ID) -> int:
+async def index_once(
+    rpc: AsyncClient,
+    store: Store,
+    program_id: Pubkey = PROGRAM_ID,
+    backlog: Backlog | None = None,
+) -> int:
     """Reads the program's transactions since the stored cursor and records their lifecycle
     events (queuing webhooks); returns how many new events were recorded. The cursor moves
-    only after the events are stored, so a crash re-reads (harmlessly) rather than skips."""
+    only after the events are stored, so a crash re-reads (harmlessly) rather than skips.
+    A long history is read 500 transactions a pass; pass the same `backlog` to each so that
+    each is listed once."""
     from svcpay.facilitator.indexer import read_events
 
     cursor = await store.cursors.get(INDEXER_CURSOR)
-    found, new_cursor = await read_events(rpc, program_id, cursor, max_transactions=500)
+    found, new_cursor = await read_events(
+        rpc, program_id, cursor, max_transactions=500, backlog=backlog
+    )
     recorded = 0
     by_transaction: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
     for chain_event in found:

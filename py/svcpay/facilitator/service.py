@@ -23,6 +23,7 @@ from svcpay.facilitator import crank
 from svcpay.facilitator.config import FacilitatorConfig
 from svcpay.facilitator.crank import MIN_NEXT_RUN_SECS, NEXT_RUN_MARGIN_SECS
 from svcpay.facilitator.db import redacted
+from svcpay.facilitator.indexer import Backlog
 from svcpay.facilitator.lifecycle import index_once
 from svcpay.facilitator.outage import Dependencies
 from svcpay.facilitator.sessions import RedeemSummary, SessionRedeemer
@@ -82,6 +83,7 @@ class Facilitator:
         )
         self.past_due_retry_secs = config.past_due_retry_secs
         self.dependencies = Dependencies()  # what routes and loops saw of the database, RPC
+        self.backlog = Backlog()  # the indexer's listed, unread transactions: listed once
         log.info(
             "facilitator %s: key %s, database %s, rpc host %s",
             config.instance,
@@ -135,7 +137,7 @@ class Facilitator:
         return summary
 
     async def index_once(self) -> int:
-        return await index_once(self.rpc, self.store)
+        return await index_once(self.rpc, self.store, backlog=self.backlog)
 
     async def run_background(self, stop: asyncio.Event) -> None:
         """The background loops; returns when `stop` is set (a pass still running then is

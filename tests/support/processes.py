@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -54,18 +54,22 @@ class Processes:
             child.stop(timeout=10)
 
 
-def run_to_end(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    """Runs `argv` (a foreign SDK's program) to its end, its output captured. No fixed time
-    limit, which a loaded machine overruns (docs/adr/0047): the test fails once the process
-    has used no CPU for `svcpay.progress.STALL_SECS`, or works past the backstop."""
+def run_to_end(
+    argv: Sequence[str], env: Mapping[str, str] | None = None, name: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Runs `argv` (a foreign SDK's program, a CLI command) to its end, its output captured.
+    No fixed time limit, which a loaded machine overruns (docs/adr/0047): the test fails once
+    the process has used no CPU for `svcpay.progress.STALL_SECS`, or works past the backstop.
+    `name` says which in that failure (default: the script's file name)."""
+    name = name or Path(argv[1]).name
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(list(argv), stdout=out, stderr=err, text=True)
+        proc = subprocess.Popen(list(argv), stdout=out, stderr=err, text=True, env=env)
         try:
             watch = Watch(proc.pid)
             while proc.poll() is None:
                 if why := watch.stalled():
                     err.seek(0)
-                    pytest.fail(f"{Path(argv[1]).name} {why}:\n{err.read()[-3000:]}")
+                    pytest.fail(f"{name} {why}:\n{err.read()[-3000:]}")
                 time.sleep(0.1)
         finally:
             if proc.poll() is None:

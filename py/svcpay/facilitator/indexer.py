@@ -142,7 +142,8 @@ async def read_events(
     cursor before it."""
     if not 1 <= page_size <= MAX_PAGE:
         raise ValueError(f"page_size must be within 1..{MAX_PAGE}")
-    listed = await _listed(rpc, program_id, cursor, page_size, commitment, backlog)
+    where = f"{program_id} {commitment}"
+    listed = await _listed(rpc, program_id, cursor, page_size, commitment, backlog, where)
     signatures = listed if max_transactions is None else listed[:max_transactions]
     events: list[ChainEvent] = []
     read = 0  # how many of `listed` the cursor has passed
@@ -155,14 +156,16 @@ async def read_events(
             if not failed:
                 tx = found[sig]
                 if tx is None:  # listed, not yet served: stop before it, read it next time
-                    return _ended(events, cursor, listed[read:], backlog)
+                    # and list afresh then: a node answers null too for a transaction in a
+                    # slot it purged since, which a fresh listing no longer holds.
+                    return _ended(events, cursor, [], backlog, where)
                 slot, block_time, logs = tx
                 events += events_in_logs(
                     logs, program_id, signature=sig, slot=slot, block_time=block_time
                 )
             cursor = sig
             read += 1
-    return _ended(events, cursor, listed[read:], backlog)
+    return _ended(events, cursor, listed[read:], backlog, where)
 
 
 @dataclass
@@ -172,10 +175,12 @@ class Backlog:
     is newer than the backlog, so a backfill of N transactions in steps of
     `max_transactions` lists each signature once, not everything after the cursor on every
     step (about N²/2/max_transactions). Any other cursor (another instance moved the stored
-    one) lists afresh."""
+    one) lists afresh, and so does a call after one that found a listed transaction not
+    served yet (getTransaction's null: not yet, or purged since)."""
 
     cursor: str | None = None
     pending: list[tuple[str, bool]] = field(default_factory=list)  # (signature, failed)
+    listing: str = ""  # the program and commitment they were listed for
 
 
 def _ended(
@@ -183,9 +188,10 @@ def _ended(
     cursor: str | None,
     unread: list[tuple[str, bool]],
     backlog: Backlog | None,
+    listing: str,
 ) -> IndexBatch:
     if backlog is not None:
-        backlog.cursor, backlog.pending = cursor, unread
+        backlog.cursor, backlog.pending, backlog.listing = cursor, unread, listing
     return IndexBatch(events, cursor)
 
 
@@ -196,10 +202,15 @@ async def _listed(
     page_size: int,
     commitment: Commitment,
     backlog: Backlog | None,
+    listing: str,
 ) -> list[tuple[str, bool]]:
     """(signature, failed) of every transaction after `cursor`, oldest first: the backlog's
-    and those newer than it, when the backlog follows `cursor`."""
-    if backlog is not None and backlog.pending and backlog.cursor == cursor:
+    and those newer than it, when the backlog follows `cursor` in the same listing."""
+    if (
+        backlog is not None
+        and backlog.pending
+        and (backlog.cursor, backlog.listing) == (cursor, listing)
+    ):
         newer = await _after(rpc, program_id, backlog.pending[-1][0], page_size, commitment)
         if newer is not None:  # else the node no longer holds the backlog's newest
             return backlog.pending + newer[::-1]

@@ -70,7 +70,9 @@ class Receiver:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        # A listen queue deeper than socketserver's 5: the fleet's facilitators deliver at once.
+        server = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 128})
+        self.server = server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

@@ -16,6 +16,11 @@ from svcpay.webhooks import SIGNATURE_HEADER, WebhookSignatureError, verify_webh
 MAX_BODY = 1 << 20
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # socketserver's 5 drops a fleet's simultaneous deliveries
+
+
 class WebhookReceiver:
     def __init__(self, path: str = "/webhooks") -> None:
         self.path = path
@@ -24,8 +29,7 @@ class WebhookReceiver:
         self.deliveries = self.duplicates = self.refused = 0
         self._seen = 0  # events already handed out by `new_events`
         self._changed = threading.Condition()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="webhook-receiver", daemon=True
         )

@@ -76,6 +76,24 @@ def _transaction_line(e: TransactionError) -> str:
     return f"transaction failed: {text}" + (f" ({last})" if last and last not in text else "")
 
 
+def _not_refused(cause: BaseException | None) -> str:
+    """Why a connection failed, in parentheses, unless the node refused it (nothing listens
+    there: the hint says what to do). A timeout, a name that does not resolve or a process
+    out of file descriptors is not "start a validator", and the message must tell which."""
+    error: BaseException | None = cause
+    while error is not None:
+        if isinstance(error, ConnectionRefusedError):
+            return ""
+        error = error.__cause__ or error.__context__
+    if cause is None:
+        return ""
+    deepest = cause
+    while (inner := deepest.__cause__ or deepest.__context__) is not None:
+        deepest = inner
+    text = str(deepest) or str(cause)
+    return f" ({type(cause).__name__}: {text})" if text else f" ({type(cause).__name__})"
+
+
 def describe(exc: BaseException, args: argparse.Namespace | None) -> tuple[int, str, str] | None:
     """(exit code, error name, one-line message) for an exception the CLI expects, or None
     for a bug."""
@@ -98,12 +116,14 @@ def describe(exc: BaseException, args: argparse.Namespace | None) -> tuple[int, 
                 (httpx.URL(u.strip()).host or "") in ("127.0.0.1", "localhost", "::1")
                 for u in str(url).split(",")
             )
-            hint = (
-                "start one with `svcpay localnet` or pass --url"
-                if local
-                else "check the URL and this machine's network, or pass another with --url"
-            )
-            return EXIT_FAILED, "RpcUnreachable", f"cannot reach RPC at {url}: {hint}"
+            why = _not_refused(cause)
+            if not local:
+                hint = "check the URL and this machine's network, or pass another with --url"
+            elif why:  # something listens there and did not take the connection
+                hint = "check that the node is not overloaded, or pass --url"
+            else:
+                hint = "start one with `svcpay localnet` or pass --url"
+            return EXIT_FAILED, "RpcUnreachable", f"cannot reach RPC at {url}{why}: {hint}"
         reason = f"{type(cause).__name__}: {cause}" if cause else str(exc)
         return EXIT_FAILED, "RpcError", f"RPC request to {url} failed ({reason}): check --url"
     if isinstance(exc, RPCException):

@@ -80,16 +80,15 @@ def _not_refused(cause: BaseException | None) -> str:
     """Why a connection failed, in parentheses, unless the node refused it (nothing listens
     there: the hint says what to do). A timeout, a name that does not resolve or a process
     out of file descriptors is not "start a validator", and the message must tell which."""
-    error: BaseException | None = cause
-    while error is not None:
-        if isinstance(error, ConnectionRefusedError):
-            return ""
-        error = error.__cause__ or error.__context__
     if cause is None:
         return ""
-    deepest = cause
-    while (inner := deepest.__cause__ or deepest.__context__) is not None:
+    deepest = cause  # the OS's own words are at the end of the chain
+    while not isinstance(deepest, ConnectionRefusedError) and (
+        inner := deepest.__cause__ or deepest.__context__
+    ):
         deepest = inner
+    if isinstance(deepest, ConnectionRefusedError):
+        return ""
     text = str(deepest) or str(cause)
     return f" ({type(cause).__name__}: {text})" if text else f" ({type(cause).__name__})"
 

@@ -136,12 +136,15 @@ async def test_a_database_restart_under_load_answers_200_or_503_and_pays_once(
     # each payment settles, once.
     retried = [i for i, r in enumerate(replies) if r.status_code != 200]
     # A blockhash lasts about 60 s here (150 blocks at 400 ms): a payment retried later
-    # than that can no longer land, and its client signs a new one.
+    # than that and never sent can no longer land, and its client signs a new one.
     print(f"{len(retried)} retried {time.monotonic() - signed:.1f} s after they were signed")
-    again_paid = await until_all_paid(fleet.urls, [bodies[i] for i in retried])
+    again_paid = await until_all_paid(
+        fleet.urls, [bodies[i] for i in retried], sign_again=fleet.sign_again
+    )
+    print(f"{fleet.signed_again} signed again after BlockhashExpired")
     final = list(replies)
-    for i, reply in zip(retried, again_paid, strict=True):
-        final[i] = reply
+    for i, (reply, body) in zip(retried, again_paid, strict=True):
+        final[i], bodies[i] = reply, body
     unpaid = [(r.status_code, r.text[:300]) for r in final if r.status_code != 200]
     assert not unpaid, unpaid
     proofs = [PaymentProof.model_validate(r.json()) for r in final]
@@ -199,7 +202,7 @@ async def test_an_rpc_cut_mid_pass_answers_503_and_charges_once(
 
     resumed = await wait_for(lambda: _all_renewed(fleet, subs), timeout=RESUME_GOAL_SECS + 15)
     print(f"all renewed {resumed:.1f} s after the RPC came back")
-    paid = await until_all_paid(fleet.urls, bodies)
+    paid = [r for r, _ in await until_all_paid(fleet.urls, bodies, sign_again=fleet.sign_again)]
     unpaid = [(r.status_code, r.text[:300]) for r in paid if r.status_code != 200]
     assert not unpaid, unpaid
     print(f"the {len(bodies)} payments paid {time.monotonic() - back:.1f} s after it came back")

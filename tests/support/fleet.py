@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
+from solana.rpc.commitment import Confirmed
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
@@ -33,13 +35,16 @@ from svcpay.facilitator.store import Store
 from svcpay.keys import save_keypair
 from svcpay.localnet.process import Localnet
 from svcpay.program.client import BillingClient
+from svcpay.program.generated.accounts.subscription import Subscription
 from svcpay.protocol.headers import NETWORK_MAINNET, SCHEME_EXACT
 from svcpay.protocol.models import PaymentOption
+from svcpay.schemes.svcpay_proof.client import SIGNINGS
 from tests.support.billing import USDC
 from tests.support.chain import Chain
 from tests.support.processes import Processes
 
 PRICE = USDC // 10
+SignAgain = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class Receiver:
@@ -100,6 +105,9 @@ class Fleet:
     urls: list[str] = field(default_factory=list)
     children: list[Child] = field(default_factory=list)
     started: int = 0  # instance names are f1, f2, ... in start order, never reused
+    # Who signed each payment body `payments` made, and for what: to sign it again.
+    signers: dict[str, tuple[Keypair, PaymentOption]] = field(default_factory=dict)
+    signed_again: int = 0
 
     async def start(self, n: int, **env: str) -> None:
         """Starts `n` more instances, one after another. Waiting for each one's ready line
@@ -165,9 +173,14 @@ class Fleet:
         return plan, list(subs)
 
     async def cycles(self, subs: list[Pubkey]) -> list[int]:
+        """Each subscription's cycles billed (-1: none), read in one getMultipleAccounts: the
+        tests poll this every 0.2 s, and a request per subscription (24 connections a poll)
+        starved the test's own event loop at load 40 until a connect timed out (cold run 11)."""
         billing = BillingClient.connect(self.validator_url)
         try:
-            found = await asyncio.gather(*(billing.fetch_subscription(k) for k in subs))
+            found = await Subscription.fetch_multiple(
+                billing.rpc, subs, commitment=Confirmed, program_id=billing.program_id
+            )
         finally:
             await billing.close()
         return [s.cycles_billed if s else -1 for s in found]
@@ -197,23 +210,31 @@ class Fleet:
             )
             for i in range(n)
         ]
+        return await self._sign(list(zip(wallets, options, strict=True)))
+
+    async def sign_again(self, body: dict[str, Any]) -> dict[str, Any]:
+        """`body`'s payment signed again with a fresh blockhash, as the paying client does
+        when the facilitator answers BlockhashExpired (svcpay_proof/client.py)."""
+        self.signed_again += 1
+        return (await self._sign([self.signers[body["signedPayment"]]]))[0]
+
+    async def _sign(self, payments: list[tuple[Keypair, PaymentOption]]) -> list[dict[str, Any]]:
         billing = BillingClient.connect(self.validator_url)
         try:
-            signed = await asyncio.gather(
-                *(
-                    build_payment(billing.rpc, w, o, self.fee_payer.pubkey())
-                    for w, o in zip(wallets, options, strict=True)
-                )
-            )
+            return list(await asyncio.gather(*(self._body(billing, w, o) for w, o in payments)))
         finally:
             await billing.close()
-        return [
-            {
-                "signedPayment": base64.b64encode(tx).decode(),
-                "paymentRequirements": o.to_json_dict(),
-            }
-            for tx, o in zip(signed, options, strict=True)
-        ]
+
+    async def _body(
+        self, billing: BillingClient, wallet: Keypair, option: PaymentOption
+    ) -> dict[str, Any]:
+        tx = await build_payment(billing.rpc, wallet, option, self.fee_payer.pubkey())
+        body = {
+            "signedPayment": base64.b64encode(tx).decode(),
+            "paymentRequirements": option.to_json_dict(),
+        }
+        self.signers[body["signedPayment"]] = (wallet, option)
+        return body
 
     def received(self) -> int:
         return int(self.chain.token_state(self.destination)["amount"])
@@ -256,37 +277,50 @@ async def settle_all(
         return await asyncio.gather(*(one(i, b) for i, b in enumerate(bodies)))
 
 
-async def until_paid(urls: list[str], body: dict[str, Any]) -> httpx.Response:
-    """Posts `body` until a final answer, as the paying client does after a 503 or a 504
-    `SettlementPending` (sent, not yet confirmed: under load the first resend after an
-    outage can find the transaction still in flight; svcpay_proof/client.py). A pending
-    payment is decided within the facilitator's own bound (LAND_WAIT_SECS: landed, or its
-    blockhash expired by block height), so that bound, not a guess, ends the wait; the
-    caller asserts the final answer (200)."""
+async def until_paid(
+    urls: list[str], body: dict[str, Any], sign_again: SignAgain | None = None
+) -> tuple[httpx.Response, dict[str, Any]]:
+    """Posts `body` until a final answer, as the paying client does: again after a 503 or a
+    504 `SettlementPending` (sent, not yet confirmed: under load the first resend after an
+    outage can find the transaction still in flight), and signed again (`sign_again`) after
+    `BlockhashExpired` (it never landed and never will: a retry came after its blockhash's
+    60 s here; svcpay_proof/client.py). A pending payment is decided within the
+    facilitator's own bound (LAND_WAIT_SECS: landed, or its blockhash expired by block
+    height), so that bound, not a guess, ends the wait for each signing; the caller asserts
+    the final answer (200). Returns it and the body it answers."""
     deadline = time.monotonic() + LAND_WAIT_SECS + SETTLE_WAIT_SECS
+    signings = 1
     async with httpx.AsyncClient(timeout=60) as http:
         i = 0
         while True:
             reply = await http.post(f"{urls[i % len(urls)]}/authorize", json=body)
-            pending = reply.status_code == 504 and reply.json().get("error") == "SettlementPending"
-            if not (reply.status_code == 503 or pending) or time.monotonic() > deadline:
-                return reply
+            error = reply.json().get("error") if reply.status_code >= 400 else None
+            pending = reply.status_code == 504 and error == "SettlementPending"
+            if error == "BlockhashExpired" and sign_again is not None and signings < SIGNINGS:
+                body, signings = await sign_again(body), signings + 1
+                deadline = time.monotonic() + LAND_WAIT_SECS + SETTLE_WAIT_SECS
+            elif not (reply.status_code == 503 or pending) or time.monotonic() > deadline:
+                return reply, body
             i += 1
             await asyncio.sleep(0.5)
 
 
 async def until_all_paid(
-    urls: list[str], bodies: list[dict[str, Any]], *, concurrency: int = 8
-) -> list[httpx.Response]:
+    urls: list[str],
+    bodies: list[dict[str, Any]],
+    *,
+    sign_again: SignAgain | None = None,
+    concurrency: int = 8,
+) -> list[tuple[httpx.Response, dict[str, Any]]]:
     """`until_paid` for each body, `concurrency` at a time (as `settle_all`): each is joined
     by every instance it reaches, and all 49 at once (up to 3 flights each, rebroadcasting)
     flooded a drop-in node starved of CPU (load 13) until their blockhashes expired unlanded
-    (cold run 8). The final answers, in order."""
+    (cold run 8). The final answers and the bodies they answer, in order."""
     slots = asyncio.Semaphore(concurrency)
 
-    async def one(body: dict[str, Any]) -> httpx.Response:
+    async def one(body: dict[str, Any]) -> tuple[httpx.Response, dict[str, Any]]:
         async with slots:
-            return await until_paid(urls, body)
+            return await until_paid(urls, body, sign_again)
 
     return list(await asyncio.gather(*(one(b) for b in bodies)))
 

@@ -319,7 +319,13 @@ class Settler:
         try:
             if not created and await self._landed(sig):  # a repeat: it may have landed
                 return await self._finish(row)
-            outcome = await self.lander.land(signed, wait_secs=LAND_WAIT_SECS)
+            # A repeat of a payment received long ago (a request before an outage or a
+            # restart, or another instance, stored it): its never-seen-valid window counts
+            # from then, so a blockhash that expired meanwhile is answered BlockhashExpired
+            # now, not after another 90 s on each instance it is retried on.
+            outcome = await self.lander.land(
+                signed, wait_secs=LAND_WAIT_SECS, received_at=float(row["created_at"])
+            )
         except SettlementError as e:
             if e.status == 503:
                 await self._interrupted(key, forget=False)

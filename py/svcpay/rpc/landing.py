@@ -151,14 +151,20 @@ class Lander:
         *,
         wait_secs: float,
         last_valid_block_height: int | None = None,
+        received_at: float | None = None,
     ) -> Outcome:
         """Sends `tx` and rebroadcasts it until it lands or expires, waiting at most
         `wait_secs` for that (then Pending: the flight goes on). The same transaction
-        while it is in flight joins the flight."""
+        while it is in flight joins the flight. `received_at` (unix time) is when the
+        transaction was first received, if earlier than now (a repeat of one that another
+        process or a request before a restart flew): a blockhash no node calls valid is
+        given up `never_seen_valid_secs` after that, not after this flight began."""
         signature = str(tx.signatures[0])
         flight = self.flights.get(signature)
         if flight is None:
             flight = Flight(tx, signature, last_valid_block_height)
+            if received_at is not None:
+                flight.started -= max(0.0, time.time() - received_at)
             self.flights[signature] = flight
             task = asyncio.create_task(self._fly(flight), name=f"land {signature[:8]}")
             self._tasks.add(task)

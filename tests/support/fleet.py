@@ -105,7 +105,9 @@ class Fleet:
     urls: list[str] = field(default_factory=list)
     children: list[Child] = field(default_factory=list)
     started: int = 0  # instance names are f1, f2, ... in start order, never reused
-    # Who signed each payment body `payments` made, and for what: to sign it again.
+    # Who signed each payment body `payments` and `sign_again` made, and for what. Each
+    # wallet holds PRICE: a payment signed again after a wrong BlockhashExpired, whose first
+    # transaction then landed, is refused InsufficientFunds, never paid twice.
     signers: dict[str, tuple[Keypair, PaymentOption]] = field(default_factory=dict)
     signed_again: int = 0
 
@@ -294,7 +296,10 @@ async def until_paid(
         i = 0
         while True:
             reply = await http.post(f"{urls[i % len(urls)]}/authorize", json=body)
-            error = reply.json().get("error") if reply.status_code >= 400 else None
+            json_error = reply.status_code >= 400 and "json" in reply.headers.get(
+                "content-type", ""
+            )
+            error = reply.json().get("error") if json_error else None
             pending = reply.status_code == 504 and error == "SettlementPending"
             if error == "BlockhashExpired" and sign_again is not None and signings < SIGNINGS:
                 body, signings = await sign_again(body), signings + 1

@@ -18,9 +18,12 @@ that may still be dropped with its fork). The flight ends:
   error). Nothing was sent. A `BlockhashNotFound` is no such reason: a node that lags may not
   know a valid blockhash yet, so the flight keeps trying.
 - **Expired**: its blockhash can no longer land it. Decided by block height, never by a
-  clock or a `BlockhashNotFound`: past `last_valid_block_height` when we built it; else
+  `BlockhashNotFound`: past `last_valid_block_height` when we built it; else
   `isBlockhashValid` false at a node at least as far along (`minContextSlot`) as the one
-  that first said it was valid. A last status read with history then makes sure.
+  that first said it was valid. A blockhash no node has called valid is given up only
+  `never_seen_valid_secs` (90 s) after the transaction was first received, here or by
+  another process (`received_at`): until then a node may only lag behind it, and only this
+  rule reads a clock. A last status read with history then makes sure.
 
 `land()` waits at most `wait_secs` and answers `Pending` when the flight goes on: the same
 transaction submitted again joins the flight in progress (never a second send loop, never a
@@ -107,7 +110,9 @@ class Flight:
     tx: VersionedTransaction
     signature: str
     last_valid_block_height: int | None
-    started: float = field(default_factory=time.monotonic)
+    # When the transaction was first received (monotonic; earlier than this flight for a
+    # repeat of one stored before): the never-seen-valid window counts from it.
+    received: float = field(default_factory=time.monotonic)
     done: asyncio.Future[Outcome] = field(init=False)
     status: dict[str, Any] | None = None  # the last status the poller saw
     valid_at: int | None = None  # a slot at which a node called the blockhash valid
@@ -164,7 +169,7 @@ class Lander:
         if flight is None:
             flight = Flight(tx, signature, last_valid_block_height)
             if received_at is not None:
-                flight.started -= max(0.0, time.time() - received_at)
+                flight.received -= max(0.0, time.time() - received_at)
             self.flights[signature] = flight
             task = asyncio.create_task(self._fly(flight), name=f"land {signature[:8]}")
             self._tasks.add(task)
@@ -292,7 +297,7 @@ class Lander:
             return False
         if flight.valid_at is not None:
             return True  # a node past the slot where it was valid says it is not
-        return time.monotonic() - flight.started > self.never_seen_valid_secs
+        return time.monotonic() - flight.received > self.never_seen_valid_secs
 
     async def _last_look(self, flight: Flight) -> Outcome:
         """Expired by height: its status with history decides (it may have landed just

@@ -107,7 +107,10 @@ from svcpay import stopping
 def kill_twice():
     time.sleep(0.3)
     os.kill(os.getpid(), signal.SIGTERM)
-    time.sleep(0.1)  # both pending at once would run in signal-number order
+    # Both pending at once would run in signal-number order: the second goes once the first
+    # was handled, however long a loaded machine takes to run the handler.
+    while not stopping.requested():
+        time.sleep(0.01)
     os.kill(os.getpid(), signal.SIGINT)
 
 with stopping.handling():
@@ -126,7 +129,8 @@ with stopping.handling():
     assert done.returncode == 0, done.stderr
     first, second = done.stdout.splitlines()
     seconds, name = first.split()
-    assert 0.25 < float(seconds) < 2 and name == "SIGTERM"  # the first signal is the one named
+    # Ends on the signal, not after its 30 s (a loaded machine may take seconds to run it).
+    assert 0.25 < float(seconds) < 15 and name == "SIGTERM"  # the first signal is the one named
     assert second == "cleaned up"
 
 

@@ -1,7 +1,7 @@
 """Runs a command, sends it one signal after a delay, and reports what it left behind.
 
     python -m tests.support.interrupt --after SECONDS [--signal SIGINT] [--from-handler]
-        [--after-line N] -- COMMAND...
+        [--after-line N [--within-step]] -- COMMAND...
 
 This process makes itself a child subreaper (Linux's PR_SET_CHILD_SUBREAPER), so whatever
 the command starts and does not stop (a validator, a facilitator in a session of its own)
@@ -10,6 +10,8 @@ Prints one JSON object: the exit code, whether the signal was sent before the co
 its stdout and stderr, when each line of its stdout came (seconds from the start, or from
 its handler with --from-handler), and the leftover processes. `--after-line N` counts
 --after from its Nth line of stdout: a point of its progress, whatever the machine's load.
+With `--within-step` the signal goes at line N+1 if that comes first: a step that ran
+faster than when the moment was drawn is still signalled before the next step begins.
 """
 
 from __future__ import annotations
@@ -90,6 +92,11 @@ def main() -> int:
     parser.add_argument(
         "--after-line", type=int, default=0, help="count --after from the Nth line of stdout"
     )
+    parser.add_argument(
+        "--within-step",
+        action="store_true",
+        help="send at line N+1 of --after-line if it comes before --after has passed",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -102,13 +109,19 @@ def main() -> int:
     began = time.monotonic()
     lines: list[tuple[float, str]] = []  # (when, line) of stdout
     reached = threading.Event()
+    step_ended = threading.Event()  # line N+1 came (or the command ended)
+    ended = threading.Event()  # its stdout closed: it ended (or is ending)
 
     def read_out(stream: IO[str]) -> None:
         for line in stream:
             lines.append((time.monotonic(), line))
             if len(lines) >= args.after_line:
                 reached.set()
-        reached.set()  # ended: nothing more to wait for
+            if args.within_step and len(lines) > args.after_line:
+                step_ended.set()
+        ended.set()
+        reached.set()  # nothing more to wait for
+        step_ended.set()
 
     errors: list[str] = []
     reader = threading.Thread(target=read_out, args=(proc.stdout,))
@@ -122,8 +135,11 @@ def main() -> int:
         began = time.monotonic()
     if args.after_line:
         reached.wait()
-    reader.join(timeout=args.after)
-    sent = reader.is_alive()  # else it ended first
+    if args.within_step:
+        step_ended.wait(timeout=args.after)
+    else:
+        reader.join(timeout=args.after)
+    sent = not ended.is_set()  # else it ended first
     stuck = ""
     if sent:
         proc.send_signal(getattr(signal, args.signal))

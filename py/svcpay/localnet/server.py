@@ -274,15 +274,17 @@ def serve(
     handler = type("Handler", (_Handler,), {"methods": methods})
     server = _Server((host, port), handler)
     url = f"http://{host}:{server.server_port}"
-    if as_json:
-        print(json.dumps({"ready": True, "url": url, "rpcPort": server.server_port}), flush=True)
-    else:
-        print(f"svcpay-localnet ready {url}", flush=True)
     # The server runs in a thread; this one waits for Ctrl-C or SIGTERM (svcpay.stopping),
-    # then shuts it down: a signal handler never raises into a request.
+    # then shuts it down: a signal handler never raises into a request. The ready line comes
+    # once that handling is in place: a Ctrl-C after it stops the server and exits 0.
     with stopping.handling():
         thread = threading.Thread(target=server.serve_forever, name="rpc", daemon=True)
         thread.start()
+        if as_json:
+            ready = json.dumps({"ready": True, "url": url, "rpcPort": server.server_port})
+        else:
+            ready = f"svcpay-localnet ready {url}"
+        print(ready, flush=True)
         try:
             while thread.is_alive():
                 stopping.sleep(0.2)

@@ -104,22 +104,25 @@ def test_sleep_ends_within_a_slice_of_the_signal_and_a_second_signal_is_harmless
 import os, signal, sys, threading, time
 from svcpay import stopping
 
+killed = []
+
 def kill_twice():
     time.sleep(0.3)
+    killed.append(time.monotonic())
     os.kill(os.getpid(), signal.SIGTERM)
     # Both pending at once would run in signal-number order: the second goes once the first
     # was handled, however long a loaded machine takes to run the handler.
-    while not stopping.requested():
+    deadline = time.monotonic() + 20
+    while not stopping.requested() and time.monotonic() < deadline:
         time.sleep(0.01)
     os.kill(os.getpid(), signal.SIGINT)
 
 with stopping.handling():
-    threading.Thread(target=kill_twice).start()
-    began = time.monotonic()
+    threading.Thread(target=kill_twice, daemon=True).start()
     try:
         stopping.sleep(30)
     except stopping.Interrupted:
-        print(round(time.monotonic() - began, 2), stopping.signal_name())
+        print(round(time.monotonic() - killed[0], 2), stopping.signal_name())
     # the cleanup after a stop: signals only set the flag, nothing raises here
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(0.2)
@@ -129,8 +132,8 @@ with stopping.handling():
     assert done.returncode == 0, done.stderr
     first, second = done.stdout.splitlines()
     seconds, name = first.split()
-    # Ends on the signal, not after its 30 s (a loaded machine may take seconds to run it).
-    assert 0.25 < float(seconds) < 15 and name == "SIGTERM"  # the first signal is the one named
+    # A slice (50 ms) after the signal; a loaded machine may take a second or two to run it.
+    assert float(seconds) < 5 and name == "SIGTERM"  # the first signal is the one named
     assert second == "cleaned up"
 
 

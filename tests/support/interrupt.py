@@ -10,8 +10,9 @@ Prints one JSON object: the exit code, whether the signal was sent before the co
 its stdout and stderr, when each line of its stdout came (seconds from the start, or from
 its handler with --from-handler), and the leftover processes. `--after-line N` counts
 --after from its Nth line of stdout: a point of its progress, whatever the machine's load.
-With `--within-step` the signal goes at line N+1 if that comes first: a step that ran
-faster than when the moment was drawn is still signalled before the next step begins.
+With `--within-step` the signal goes as soon as line N+1 is read if that comes first: a
+step that ran faster than when the moment was drawn is still signalled at the start of the
+next (or a little later, if lines come in a burst), not after the command ended.
 """
 
 from __future__ import annotations
@@ -113,15 +114,17 @@ def main() -> int:
     ended = threading.Event()  # its stdout closed: it ended (or is ending)
 
     def read_out(stream: IO[str]) -> None:
-        for line in stream:
-            lines.append((time.monotonic(), line))
-            if len(lines) >= args.after_line:
-                reached.set()
-            if args.within_step and len(lines) > args.after_line:
-                step_ended.set()
-        ended.set()
-        reached.set()  # nothing more to wait for
-        step_ended.set()
+        try:
+            for line in stream:
+                lines.append((time.monotonic(), line))
+                if len(lines) >= args.after_line:
+                    reached.set()
+                if args.within_step and len(lines) > args.after_line:
+                    step_ended.set()
+        finally:
+            ended.set()
+            reached.set()  # nothing more to wait for
+            step_ended.set()
 
     errors: list[str] = []
     reader = threading.Thread(target=read_out, args=(proc.stdout,))

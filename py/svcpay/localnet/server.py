@@ -284,8 +284,8 @@ def serve(
             ready = json.dumps({"ready": True, "url": url, "rpcPort": server.server_port})
         else:
             ready = f"svcpay-localnet ready {url}"
-        print(ready, flush=True)
         try:
+            print(ready, flush=True)
             while thread.is_alive():
                 stopping.sleep(0.2)
         except stopping.Interrupted:
@@ -377,4 +377,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Served and shut down: a second Ctrl-C from here on must not meet the start's handler
+    # (back once svcpay.stopping's handling ended) and turn exit 0 into 130.
+    stopping.finished()
+    sys.exit(code)

@@ -18,6 +18,7 @@ from svcpay.program.client import BillingClient
 from tests.support.billing import Billing
 from tests.support.chain import TICKS_PER_SLOT, Chain
 from tests.support.clock import Clock
+from tests.support.collection import one_id_per_test
 from tests.support.pg_fixture import postgres_url  # noqa: F401  (a session fixture)
 from tests.support.processes import processes  # noqa: F401  (a fixture)
 from tests.support.switch import switch  # noqa: F401  (a fixture)
@@ -78,8 +79,10 @@ def _session_localnet(work: Path) -> Iterator[Localnet]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests of one validator's own behaviour are deselected on the other (not skipped: they
-    do not apply there, and each marker names why)."""
+    """Each test has a node id of its own (tests/support/collection.py). Tests of one
+    validator's own behaviour are deselected on the other (not skipped: they do not apply
+    there, and each marker names why)."""
+    one_id_per_test(items)
     other = "drop_in_only" if backend() == TEST_VALIDATOR else "test_validator_only"
     keep, drop = [], []
     for item in items:

@@ -41,7 +41,6 @@ from svcpay.protocol.headers import NETWORK_MAINNET, SCHEME_EXACT
 from svcpay.protocol.proof import PaymentProof
 from tests.support.billing import Billing
 from tests.support.chain import Chain
-from tests.support.collection import one_id_per_test
 from tests.support.facilitator_app import ProviderApp, provider_app, provider_app_sync
 
 EXAMPLES = 50  # generated per operation (plus schemathesis' coverage cases); about 10 s in all
@@ -162,19 +161,14 @@ def test_provider_operations_without_an_api_key(case: Case[Any], fuzzed: Provide
 def test_each_fuzzed_operation_is_a_test_of_its_own(request: pytest.FixtureRequest) -> None:
     """Each operation's test has a node id of its own, so pytest-xdist runs every one
     (tests/support/collection.py: under pytest 9.2 they shared one, and 26 ran nowhere)."""
-    module = request.node.parent
-    items = [
+    fuzzed = [
         item
-        for node in module.collect()
-        for item in (node.collect() if isinstance(node, pytest.Collector) else [node])
-        if item.name.startswith(("test_every_operation_", "test_provider_operations_"))
+        for item in request.session.items
+        if item.path == request.path
+        and item.name.startswith(("test_every_operation_", "test_provider_operations_"))
     ]
-    one_id_per_test(items)
-    labels = [op.ok().label for op in schema.get_all_operations()]
-    v1 = [label for label in labels if label.split(" ")[1].startswith("/v1/")]
-    ids = {item.nodeid for item in items}
-    assert len(ids) == len(items) == len(labels) + len(v1)
-    assert f"{module.nodeid}::test_every_operation_with_a_valid_api_key[{labels[0]}]" in ids
+    assert all(item.nodeid == f"{request.node.parent.nodeid}::{item.name}" for item in fuzzed)
+    assert len({item.nodeid for item in fuzzed}) == len(fuzzed)
 
 
 # -- explicit hostile input -----------------------------------------------------------------

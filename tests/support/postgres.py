@@ -258,11 +258,11 @@ class PostgresCluster:
         """Kills the server as a crash would (SIGKILL to its process group), keeping its
         data: `restart()` brings it back on the same port."""
         server, self._server = self._server, None
-        self._stop_watchdog()
         if server is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+        self._stop_watchdog()
 
     def restart(self) -> None:
         """Starts the server again on its port and data after `kill()` (crash recovery
@@ -279,8 +279,9 @@ class PostgresCluster:
 
     def stop(self) -> None:
         """Kills the server (an immediate shutdown: SIGQUIT to the postmaster, which ends its
-        backends; SIGKILL to the group after 5 s) and removes its directory. Idempotent."""
-        self._stop_watchdog()
+        backends; SIGKILL to the group after 5 s) and removes its directory. Idempotent.
+        The watchdog is stopped last: this process killed in between (a test run's bound on
+        its teardown) still leaves neither server nor directory."""
         server, self._server = self._server, None
         if server is not None:
             try:
@@ -294,6 +295,7 @@ class PostgresCluster:
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
+        self._stop_watchdog()
         self.url = ""
         atexit.unregister(self.stop)
 

@@ -5,6 +5,7 @@ process of its own and kills that process as the bound would (SIGKILL)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import subprocess
 import sys
 import time
@@ -37,7 +38,7 @@ time.sleep(600)
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # reaped between the open and the read
         return False
     return state != "Z"  # a zombie no one reaps is gone all the same
 
@@ -50,18 +51,22 @@ def test_a_killed_test_process_leaves_no_server_and_no_directory(when: str) -> N
         stderr=subprocess.PIPE,
         text=True,
     )
+    lines = concurrent.futures.ThreadPoolExecutor(1)
     try:
         assert child.stdout is not None
-        first = child.stdout.readline().split()
-        assert len(first) == 2, f"the server did not start: {child.communicate()[1][-3000:]}"
+        # A line within 60 s (the kill below ends a read that waits longer).
+        first = lines.submit(child.stdout.readline).result(timeout=60).split()
+        assert len(first) == 2, "the server did not start (its error is the child's stderr)"
         root, server = Path(first[0]), int(first[1])
         if when == "mid-stop":
-            assert child.stdout.readline().strip() == "removing"
+            assert lines.submit(child.stdout.readline).result(timeout=60).strip() == "removing"
             assert not _alive(server), "stop() ends the server before removing its directory"
         assert root.is_dir() and _alive(server) == (when == "running")
     finally:
         child.kill()
-        child.communicate()
+        _, stderr = child.communicate()
+        lines.shutdown()
+        print(stderr[-3000:], file=sys.stderr)  # shown by pytest when the test fails
     # The watchdog kills the server's group, waits 1 s, removes the directory.
     deadline = time.monotonic() + 15
     while (root.exists() or _alive(server)) and time.monotonic() < deadline:

@@ -235,7 +235,8 @@ class PostgresCluster:
     def _start_watchdog(self, pgid: int) -> None:
         """A process that kills the server's group and removes its directory once our end of
         its stdin closes, i.e. when this process is gone however it died (atexit does not run
-        on SIGKILL). stop() ends it first. (dash's kill: `kill -9 -PGID`, no `--`.)"""
+        on SIGKILL). stop() ends it last, after the directory is gone. (dash's kill:
+        `kill -9 -PGID`, no `--`.)"""
         self._stop_watchdog()
         script = 'read _ || { kill -9 "-$0"; sleep 1; rm -rf "$1"; } 2>/dev/null'
         self._watchdog = subprocess.Popen(

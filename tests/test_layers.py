@@ -37,6 +37,7 @@ LAYERS = {
     "rpc_errors": 0,
     "progress": 0,
     "stopping": 0,
+    "watchdog": 0,
     "webhooks": 0,
     # 1: wire formats and terms; talking to the RPC provider.
     "protocol": 1,

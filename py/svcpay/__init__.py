@@ -6,7 +6,7 @@ above, and no chain of imports (inside functions and under `if TYPE_CHECKING:` i
 comes back to where it started.
 
     0  the root's small modules: _extras, amounts, keepalive, keys, rpc_errors, stopping,
-       webhooks (none imports the rest of svcpay)
+       watchdog, webhooks (none imports the rest of svcpay)
     1  protocol (wire formats, pricing terms, settlement errors), rpc (the RPC transport)
     2  schemes (one package per way to pay), program (the svc_billing program's client)
     3  gate, facilitator, client (the payer), localnet (the drop-in validator)

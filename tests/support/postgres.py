@@ -7,7 +7,7 @@ As root both run as the `postgres` system user (they refuse root), switched to b
 subprocess itself (like `runuser -u postgres --`, without a process in between that would
 turn a SIGQUIT into a 2 s SIGTERM-then-SIGKILL dance). Nothing outlives the test
 process: the server has its own process group, `stop` is registered with atexit, and a
-watchdog process kills the group if this process dies without running atexit (SIGKILL).
+watchdog (svcpay.watchdog) kills the group if this process dies without running atexit (SIGKILL).
 The binaries come from Debian's packages: scripts/postgres-ensure installs them.
 """
 
@@ -30,6 +30,8 @@ from types import TracebackType
 from typing import Any
 
 import psycopg
+
+from svcpay.watchdog import GroupWatchdog
 
 DATABASE = "svcpay_test"
 SERVER_USER = "postgres"  # the system user the server runs as under root
@@ -75,7 +77,7 @@ class PostgresCluster:
         self.port = 0
         self.url = ""
         self._server: subprocess.Popen[bytes] | None = None
-        self._watchdog: subprocess.Popen[bytes] | None = None
+        self._watchdog: GroupWatchdog | None = None
         self.startup_secs = 0.0
 
     # -- running commands, as the server user under root -----------------------------------
@@ -233,26 +235,15 @@ class PostgresCluster:
             time.sleep(0.02)
 
     def _start_watchdog(self, pgid: int) -> None:
-        """A process that kills the server's group and removes its directory once our end of
-        its stdin closes, i.e. when this process is gone however it died (atexit does not run
-        on SIGKILL). stop() ends it last, after the directory is gone. (dash's kill:
-        `kill -9 -PGID`, no `--`.)"""
+        """Kills the server's group and removes its directory when this process is gone,
+        however it died (atexit does not run on SIGKILL): svcpay.watchdog, with no grace.
+        stop() ends it last, after the directory is gone."""
         self._stop_watchdog()
-        script = 'read _ || { kill -9 "-$0"; sleep 1; rm -rf "$1"; } 2>/dev/null'
-        self._watchdog = subprocess.Popen(
-            ["sh", "-c", script, str(pgid), str(self.root)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # a Ctrl-C to the test run does not reach it
-        )
+        self._watchdog = GroupWatchdog(pgid, grace=0, remove=self.root)
 
     def _stop_watchdog(self) -> None:
         if self._watchdog is not None:
-            self._watchdog.kill()
-            self._watchdog.wait()
-            if self._watchdog.stdin is not None:
-                self._watchdog.stdin.close()
+            self._watchdog.close()
             self._watchdog = None
 
     def kill(self) -> None:

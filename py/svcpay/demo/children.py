@@ -1,5 +1,6 @@
 """The demo's child processes: started in their own process group with their output in
-files, waited on until they print their ready line, and stopped (SIGTERM, then SIGKILL).
+files, waited on until they print their ready line, and stopped (SIGTERM, then SIGKILL);
+each with a watchdog that stops it should the demo be killed first (`svcpay.watchdog`).
 
 A wait on a child has no fixed budget, which a loaded machine overruns (issue 36: a CLI step
 that takes 5 s idle took over 60 s beside a busy core and a test suite). It fails when the
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from svcpay import stopping
 from svcpay.progress import Watch
+from svcpay.watchdog import GroupWatchdog
 
 STOP_TIMEOUT = 15.0  # seconds a child gets to shut down gracefully before SIGKILL
 
@@ -53,6 +55,8 @@ class Child:
                 stderr=err,
                 start_new_session=True,
             )
+        # Should the demo die without stopping it (SIGKILL), the child goes too.
+        self.watchdog = GroupWatchdog(self.proc.pid, grace=int(STOP_TIMEOUT))
 
     @property
     def pid(self) -> int:
@@ -96,6 +100,7 @@ class Child:
             except subprocess.TimeoutExpired:
                 continue
         self.proc.wait()
+        self.watchdog.close()
         return self.proc.returncode
 
 

@@ -32,6 +32,7 @@ from svcpay import stopping
 from svcpay.localnet import validator as stv
 from svcpay.program.generated.program_id import PROGRAM_ID
 from svcpay.progress import Watch
+from svcpay.watchdog import GroupWatchdog
 
 ROOT = Path(__file__).resolve().parents[3]
 PROGRAM_SO = ROOT / "target" / "deploy" / "svc_billing.so"
@@ -149,11 +150,14 @@ def _running(
     log = workdir / "validator.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    # Should this process die without stopping it (SIGKILL), the validator and its ledger go too.
+    watchdog = GroupWatchdog(proc.pid, remove=workdir)
     try:
         _wait_healthy(url, proc, log, commitment)
         yield
     finally:
         _stop(proc)
+        watchdog.close()
 
 
 @contextmanager

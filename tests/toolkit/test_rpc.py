@@ -206,6 +206,10 @@ async def test_a_copy_stuck_behind_429s_does_not_make_the_flight_spin(
     assert busy < 1.0, busy
 
 
+@pytest.mark.drop_in_only(
+    "a node 5 s behind gives a spent blockhash only after a time travel: on agave, where the "
+    "clock moves by waiting, the blockhash of 5 s ago is 60 s from its end"
+)
 async def test_a_spent_blockhash_from_a_lagging_node_is_asked_again_not_signed_with(
     validator: Localnet, chain: Chain, clock: Clock, processes: Processes
 ) -> None:

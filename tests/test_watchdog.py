@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -73,11 +74,16 @@ def test_a_killed_parents_child_group_is_stopped_and_its_directory_removed(tmp_p
     (workdir / "data").write_bytes(b"x" * 1000)
     parent, line = start(PARENT, "2", str(workdir))
     child = int(line)
-    assert alive(child)
-    parent.kill()  # SIGKILL: no finally, no atexit
-    parent.wait()
-    assert wait_until(lambda: not alive(child), 10), "the child outlived its killed parent"
-    assert wait_until(lambda: not workdir.exists(), 10), "its directory was left behind"
+    try:
+        assert alive(child)
+        parent.kill()  # SIGKILL: no finally, no atexit
+        parent.wait()
+        assert wait_until(lambda: not alive(child), 10), "the child outlived its killed parent"
+        assert wait_until(lambda: not workdir.exists(), 10), "its directory was left behind"
+    finally:
+        parent.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child, signal.SIGKILL)
 
 
 def test_a_group_the_parent_stopped_itself_is_left_alone(tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ from pathlib import Path
 __all__ = ["GroupWatchdog"]
 
 # $0: the process group; $1: seconds of grace; $2: a directory to remove, or empty. dash's
-# kill takes `-15 -PGID` (no `--`); `kill -0` asks whether any of the group is left.
+# kill takes `-15 -PGID` (no `--`); `kill -0` asks whether any of the group is left (a zombie
+# nobody reaped yet counts: the grace then runs out before the SIGKILL, which is harmless).
 _SCRIPT = """read _ && exit 0
 kill -15 "-$0" 2>/dev/null
 i=0

@@ -56,7 +56,12 @@ class Child:
                 start_new_session=True,
             )
         # Should the demo die without stopping it (SIGKILL), the child goes too.
-        self.watchdog = GroupWatchdog(self.proc.pid, grace=int(STOP_TIMEOUT))
+        try:
+            self.watchdog = GroupWatchdog(self.proc.pid, grace=int(STOP_TIMEOUT))
+        except BaseException:  # no watchdog (out of processes?): no unwatched child either
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            raise
 
     @property
     def pid(self) -> int:

@@ -150,14 +150,17 @@ def _running(
     log = workdir / "validator.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    # Should this process die without stopping it (SIGKILL), the validator and its ledger go too.
-    watchdog = GroupWatchdog(proc.pid, remove=workdir)
+    watchdog = None
     try:
+        # Should this process die without stopping it (SIGKILL), the validator and its
+        # ledger go too.
+        watchdog = GroupWatchdog(proc.pid, remove=workdir)
         _wait_healthy(url, proc, log, commitment)
         yield
     finally:
         _stop(proc)
-        watchdog.close()
+        if watchdog is not None:
+            watchdog.close()
 
 
 @contextmanager

@@ -60,9 +60,3 @@ class GroupWatchdog:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-    def __enter__(self) -> GroupWatchdog:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

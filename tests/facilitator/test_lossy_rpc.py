@@ -172,7 +172,11 @@ async def test_a_transaction_the_node_serves_after_its_status_still_gives_its_re
         await rpc.close()
     stats = httpx.get(url + "/stats").json()
     assert chain.account(plan) is not None
-    assert stats["calls"]["getTransaction (not served yet)"] >= 2, stats
+    # The first ask is always answered null; how many more nulls come before the 1.5 s are
+    # up depends on the machine's load (CI's busy runner once fit only the first). What
+    # matters: after a null it asked again, and the served answer gave the receipt.
+    nulls = stats["calls"]["getTransaction (not served yet)"]
+    assert nulls >= 1 and stats["calls"]["getTransaction"] > nulls, stats
 
 
 async def test_the_indexer_reads_through_a_node_purging_its_oldest_slots(

@@ -75,7 +75,7 @@ def find_validator() -> Path:
         return Path(on_path)
     raise ValidatorNotFound(
         f"solana-test-validator {VALIDATOR_VERSION} is not built: run scripts/build-validator "
-        f"(about 16 minutes on two idle cores, once; cached in {validator_cache()})"
+        f"(13 to 20 minutes on two idle cores, once; cached in {validator_cache()})"
     )
 
 
